@@ -1,0 +1,236 @@
+/* The communicator calls of the NCCL API: argument checks, then core/comm.c. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/alias.h"
+#include "api/config.h"
+#include "core/bootstrap.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/device.h"
+
+static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nranks, int rank) {
+  if (comm == NULL) {
+    WARN("%s: comm (the output pointer) is NULL", caller);
+    return ncclInvalidArgument;
+  }
+  if (nranks < 1) {
+    WARN("%s: nranks is %d, expected at least 1", caller, nranks);
+    return ncclInvalidArgument;
+  }
+  if (rank < 0 || rank >= nranks) {
+    WARN("%s: rank is %d, expected 0..%d (nranks %d)", caller, rank, nranks - 1, nranks);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t check_unique_id(const char *caller, const ncclUniqueId *id) {
+  const struct weft_unique_id *body = (const struct weft_unique_id *)id;
+  if (body->magic != WEFT_ID_MAGIC) {
+    WARN("%s: commId is not an id made by ncclGetUniqueId (bad magic 0x%llx)", caller,
+         (unsigned long long)body->magic);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t init_rank(const char *caller, ncclComm_t *comm, int nranks,
+                              ncclUniqueId commId, int rank, ncclConfig_t *config) {
+  WEFT_CHECK(check_rank_args(caller, comm, nranks, rank));
+  WEFT_CHECK(check_unique_id(caller, &commId));
+  ncclConfig_t cfg;
+  WEFT_CHECK(weft_config_normalize(caller, config, &cfg));
+  *comm = NULL;
+  return weft_comm_create(&commId, nranks, rank, &cfg, comm);
+}
+
+WEFT_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                       int rank) {
+  return init_rank("ncclCommInitRank", comm, nranks, commId, rank, NULL);
+}
+WEFT_ALIAS(ncclCommInitRank)
+
+WEFT_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
+                                             int rank, ncclConfig_t *config) {
+  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+}
+WEFT_ALIAS(ncclCommInitRankConfig)
+
+struct init_all_job {
+  ncclComm_t *slot;
+  ncclUniqueId id;
+  int nranks;
+  int rank;
+  int dev;
+  ncclResult_t res;
+};
+
+static void *init_all_main(void *arg) {
+  struct init_all_job *job = arg;
+  weft_device_select(job->dev);
+  ncclConfig_t cfg;
+  job->res = weft_config_normalize("ncclCommInitAll", NULL, &cfg);
+  if (job->res == ncclSuccess)
+    job->res = weft_comm_create(&job->id, job->nranks, job->rank, &cfg, job->slot);
+  return NULL;
+}
+
+/* One thread per rank, since creating a rank waits for the others. */
+static ncclResult_t init_all_threads(ncclComm_t *comms, int ndev, const int *devlist,
+                                     const ncclUniqueId *id) {
+  struct init_all_job *jobs = calloc((size_t)ndev, sizeof(*jobs));
+  pthread_t *threads = calloc((size_t)ndev, sizeof(*threads));
+  ncclResult_t res = ncclSuccess;
+  int started = 0;
+  if (jobs == NULL || threads == NULL) {
+    WARN("ncclCommInitAll: out of memory for %d ranks", ndev);
+    res = ncclSystemError;
+    goto out;
+  }
+  for (int i = 0; i < ndev; i++) {
+    jobs[i] = (struct init_all_job){&comms[i], *id, ndev, i, devlist ? devlist[i] : i, 0};
+    int err = pthread_create(&threads[i], NULL, init_all_main, &jobs[i]);
+    if (err != 0) {
+      WARN("ncclCommInitAll: cannot start a thread for rank %d: %s", i, strerror(err));
+      res = ncclSystemError;
+      break;
+    }
+    started++;
+  }
+  for (int i = 0; i < started; i++) {
+    pthread_join(threads[i], NULL);
+    if (res == ncclSuccess && jobs[i].res != ncclSuccess) res = jobs[i].res;
+  }
+  if (res != ncclSuccess) {
+    for (int i = 0; i < started; i++)
+      if (jobs[i].res == ncclSuccess && comms[i] != NULL) weft_comm_free(comms[i], 1);
+    for (int i = 0; i < ndev; i++) comms[i] = NULL;
+  }
+out:
+  free(jobs);
+  free(threads);
+  return res;
+}
+
+WEFT_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist) {
+  if (comms == NULL) {
+    WARN("ncclCommInitAll: comms is NULL");
+    return ncclInvalidArgument;
+  }
+  if (ndev < 1) {
+    WARN("ncclCommInitAll: ndev is %d, expected at least 1", ndev);
+    return ncclInvalidArgument;
+  }
+  for (int i = 0; devlist != NULL && i < ndev; i++) {
+    if (devlist[i] < 0) {
+      WARN("ncclCommInitAll: devlist[%d] is %d, expected a CUDA device number >= 0", i,
+           devlist[i]);
+      return ncclInvalidArgument;
+    }
+  }
+  ncclUniqueId id;
+  WEFT_CHECK(weft_bootstrap_get_unique_id(&id));
+  return init_all_threads(comms, ndev, devlist, &id);
+}
+WEFT_ALIAS(ncclCommInitAll)
+
+WEFT_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  WEFT_CHECK(weft_comm_check(comm, "ncclCommFinalize"));
+  return weft_comm_finalize(comm);
+}
+WEFT_ALIAS(ncclCommFinalize)
+
+/* A communicator whose init has not finished or has failed can still be
+ * destroyed or aborted: only the pointer itself must be sane. */
+static ncclResult_t check_comm_pointer(const char *caller, ncclComm_t comm) {
+  if (comm == NULL) {
+    WARN("%s: comm is NULL", caller);
+    return ncclInvalidArgument;
+  }
+  if (comm->magic != WEFT_COMM_MAGIC) {
+    WARN("%s: comm %p is not a live communicator (destroyed, or never initialized)", caller,
+         (void *)comm);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+WEFT_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
+  WEFT_CHECK(check_comm_pointer("ncclCommDestroy", comm));
+  int healthy = atomic_load(&comm->async_error) == ncclSuccess;
+  ncclResult_t res = healthy && !comm->finalized ? weft_comm_finalize(comm) : ncclSuccess;
+  weft_comm_free(comm, !healthy || res != ncclSuccess);
+  return res;
+}
+WEFT_ALIAS(ncclCommDestroy)
+
+WEFT_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  WEFT_CHECK(check_comm_pointer("ncclCommAbort", comm));
+  weft_comm_free(comm, 1);
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommAbort)
+
+WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
+  WEFT_CHECK(check_comm_pointer("ncclCommGetAsyncError", comm));
+  if (asyncError == NULL) {
+    WARN("ncclCommGetAsyncError: asyncError is NULL");
+    return ncclInvalidArgument;
+  }
+  *asyncError = (ncclResult_t)atomic_load(&comm->async_error);
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommGetAsyncError)
+
+static ncclResult_t check_query(const char *caller, const ncclComm_t comm, const void *out,
+                                const char *out_name) {
+  WEFT_CHECK(check_comm_pointer(caller, comm));
+  if (out == NULL) {
+    WARN("%s: %s is NULL", caller, out_name);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+WEFT_API ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
+  WEFT_CHECK(check_query("ncclCommCount", comm, count, "count"));
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommCount)
+
+WEFT_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
+  WEFT_CHECK(check_query("ncclCommCuDevice", comm, device, "device"));
+  *device = comm->cuda_dev;
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommCuDevice)
+
+WEFT_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
+  WEFT_CHECK(check_query("ncclCommUserRank", comm, rank, "rank"));
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommUserRank)
+
+WEFT_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                                    ncclConfig_t *config) {
+  WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
+  if (newcomm == NULL) {
+    WARN("ncclCommSplit: newcomm is NULL");
+    return ncclInvalidArgument;
+  }
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+    WARN("ncclCommSplit: color is %d, expected >= 0 or NCCL_SPLIT_NOCOLOR (%d)", color,
+         NCCL_SPLIT_NOCOLOR);
+    return ncclInvalidArgument;
+  }
+  ncclConfig_t cfg = comm->config;
+  if (config != NULL) WEFT_CHECK(weft_config_normalize("ncclCommSplit", config, &cfg));
+  return weft_comm_split(comm, color, key, &cfg, newcomm);
+}
+WEFT_ALIAS(ncclCommSplit)

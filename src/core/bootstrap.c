@@ -1,0 +1,488 @@
+/* The rank side of the bootstrap: the unique id, registration with the
+ * root, the ring of bootstrap connections (all-gather, barrier) and
+ * point-to-point messages matched by (peer, tag). Each rank listens on its
+ * own socket behind a gate (bootstrap_gate.c) that admits only connections
+ * presenting the id's secret. Every wait ends by WEFT_TIMEOUT or abort. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "core/bootstrap_internal.h"
+#include "core/check.h"
+#include "core/debug.h"
+#include "core/param.h"
+
+_Static_assert(sizeof(struct weft_unique_id) <= NCCL_UNIQUE_ID_BYTES,
+               "weft_unique_id must fit in ncclUniqueId");
+_Static_assert(sizeof(struct weft_boot_reg) <= WEFT_GATE_FIRST_MAX, "registration too big");
+
+/* A message that arrived before the recv that asks for it. */
+struct stash {
+  struct stash *next;
+  int peer;
+  int tag;
+  size_t size;
+  void *data;
+};
+
+struct weft_bootstrap {
+  int rank;
+  int nranks;
+  uint64_t secret;
+  int timeout_s;
+  _Atomic int abort_flag;
+  struct weft_gate gate;      /* our listener */
+  union weft_sockaddr *addrs; /* every rank's listener */
+  int ring_send_fd;           /* to rank + 1 */
+  int ring_recv_fd;           /* from rank - 1 */
+  int *send_fd;               /* per peer: our connection to it */
+  int *recv_fd;               /* per peer: its connection to us */
+  struct stash *stash_head;
+  struct stash **stash_tail;
+};
+
+ncclResult_t weft_random_u64(uint64_t *out) {
+  uint64_t v;
+  ssize_t n;
+  do {
+    n = getrandom(&v, sizeof(v), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != (ssize_t)sizeof(v)) {
+    WARN("getrandom failed: %s", n < 0 ? strerror(errno) : "short read");
+    return ncclSystemError;
+  }
+  *out = v;
+  return ncclSuccess;
+}
+
+/* ---- The unique id ---------------------------------------------------------- */
+
+/* With NCCL_COMM_ID every process builds the id from the environment alone,
+ * so the secret must be a function of the address: FNV-1a of its text. */
+static uint64_t secret_from_addr(const union weft_sockaddr *addr) {
+  char text[INET6_ADDRSTRLEN + 16];
+  weft_sockaddr_str(addr, text, sizeof(text));
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *p = "weft-comm-id:"; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+  for (const char *p = text; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
+  return h;
+}
+
+ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id_out) {
+  struct weft_unique_id id;
+  memset(&id, 0, sizeof(id));
+  const char *comm_id = weft_param_str(WEFT_PARAM_COMM_ID);
+  if (comm_id != NULL) {
+    WEFT_CHECK(weft_socket_parse_addr(comm_id, &id.root));
+    id.magic = WEFT_ID_MAGIC_COMM_ID;
+    id.secret = secret_from_addr(&id.root);
+  } else {
+    union weft_sockaddr addr;
+    WEFT_CHECK(weft_socket_local_addr(&addr));
+    WEFT_CHECK(weft_random_u64(&id.secret));
+    WEFT_CHECK(weft_bootstrap_root_start(&addr, id.secret, &id.root));
+    id.magic = WEFT_ID_MAGIC;
+  }
+  memset(id_out, 0, sizeof(*id_out));
+  memcpy(id_out->internal, &id, sizeof(id));
+  return ncclSuccess;
+}
+
+/* ---- Waits ---------------------------------------------------------------- */
+
+static ncclResult_t timed_out(const struct weft_bootstrap *b, const char *waiting_for) {
+  WARN("bootstrap rank %d: timed out after %d s waiting for %s", b->rank, b->timeout_s,
+       waiting_for);
+  return ncclSystemError;
+}
+
+/* Moves size bytes over fd, serving our listener while it waits. */
+static ncclResult_t bs_xfer(struct weft_bootstrap *b, int fd, int is_send, void *buf, size_t size,
+                            int64_t deadline, const char *what) {
+  size_t done = 0;
+  char waiting_for[160];
+  for (;;) {
+    if (is_send)
+      WEFT_CHECK(weft_socket_send_some(fd, buf, size, &done, what));
+    else
+      WEFT_CHECK(weft_socket_recv_some(fd, buf, size, &done, what));
+    if (done == size) return ncclSuccess;
+    if (weft_time_ms() >= deadline) {
+      snprintf(waiting_for, sizeof(waiting_for), "%s %s", is_send ? "sending to" : "data from",
+               what);
+      return timed_out(b, waiting_for);
+    }
+    struct pollfd p = {.fd = fd, .events = is_send ? POLLOUT : POLLIN};
+    WEFT_CHECK(weft_gate_poll(&b->gate, &p, 1, deadline));
+  }
+}
+
+/* One ring step: sends to next and receives from prev at once, so that no
+ * rank blocks on a full socket while its neighbour does the same. */
+static ncclResult_t bs_ring_step(struct weft_bootstrap *b, const void *sbuf, void *rbuf,
+                                 size_t size, int64_t deadline) {
+  size_t sent = 0, got = 0;
+  char next[48], prev[48];
+  snprintf(next, sizeof(next), "rank %d (ring next)", (b->rank + 1) % b->nranks);
+  snprintf(prev, sizeof(prev), "rank %d (ring previous)", (b->rank + b->nranks - 1) % b->nranks);
+  for (;;) {
+    WEFT_CHECK(weft_socket_send_some(b->ring_send_fd, sbuf, size, &sent, next));
+    WEFT_CHECK(weft_socket_recv_some(b->ring_recv_fd, rbuf, size, &got, prev));
+    if (sent == size && got == size) return ncclSuccess;
+    if (weft_time_ms() >= deadline) return timed_out(b, got < size ? prev : next);
+    struct pollfd p[2] = {{.fd = sent < size ? b->ring_send_fd : -1, .events = POLLOUT},
+                          {.fd = got < size ? b->ring_recv_fd : -1, .events = POLLIN}};
+    WEFT_CHECK(weft_gate_poll(&b->gate, p, 2, deadline));
+  }
+}
+
+/* ---- Admitting connections from other ranks -------------------------------- */
+
+static const char *bs_admit(void *ctx, int fd, const void *first) {
+  struct weft_bootstrap *b = ctx;
+  struct weft_boot_hello h;
+  memcpy(&h, first, sizeof(h));
+  if (h.rank < 0 || h.rank >= b->nranks || h.rank == b->rank) return "bad rank in hello";
+  if (h.kind == WEFT_BOOT_RING) {
+    if (h.rank != (b->rank + b->nranks - 1) % b->nranks) return "ring hello from a non-neighbour";
+    if (b->ring_recv_fd >= 0) return "second ring connection";
+    b->ring_recv_fd = fd;
+    return NULL;
+  }
+  if (h.kind == WEFT_BOOT_P2P) {
+    if (b->recv_fd[h.rank] >= 0) return "second message connection from the same rank";
+    b->recv_fd[h.rank] = fd;
+    return NULL;
+  }
+  return "unknown connection kind in hello";
+}
+
+/* Connects to peer's listener and says who we are. */
+static ncclResult_t bs_connect(struct weft_bootstrap *b, const union weft_sockaddr *addr, int peer,
+                               int kind, int64_t deadline, int *fd_out) {
+  char what[48];
+  snprintf(what, sizeof(what), "rank %d", peer);
+  int fd;
+  WEFT_CHECK(weft_socket_connect(addr, deadline, &fd));
+  struct weft_boot_hello h = {.secret = b->secret, .rank = b->rank, .kind = kind};
+  ncclResult_t res = bs_xfer(b, fd, 1, &h, sizeof(h), deadline, what);
+  if (res != ncclSuccess) {
+    weft_socket_close(&fd);
+    return res;
+  }
+  *fd_out = fd;
+  return ncclSuccess;
+}
+
+/* ---- Create --------------------------------------------------------------- */
+
+static ncclResult_t bs_alloc(int rank, int nranks, uint64_t secret, struct weft_bootstrap **out) {
+  struct weft_bootstrap *b = calloc(1, sizeof(*b));
+  union weft_sockaddr *addrs = calloc((size_t)nranks, sizeof(*addrs));
+  int *send_fd = malloc((size_t)nranks * sizeof(int));
+  int *recv_fd = malloc((size_t)nranks * sizeof(int));
+  if (b == NULL || addrs == NULL || send_fd == NULL || recv_fd == NULL) {
+    WARN("bootstrap rank %d: out of memory for %d ranks", rank, nranks);
+    free(b);
+    free(addrs);
+    free(send_fd);
+    free(recv_fd);
+    return ncclSystemError;
+  }
+  for (int i = 0; i < nranks; i++) send_fd[i] = recv_fd[i] = -1;
+  b->rank = rank;
+  b->nranks = nranks;
+  b->secret = secret;
+  b->timeout_s = (int)weft_param_int(WEFT_PARAM_TIMEOUT);
+  b->ring_send_fd = b->ring_recv_fd = -1;
+  b->stash_tail = &b->stash_head;
+  b->gate.listen_fd = -1;
+  b->addrs = addrs;
+  b->send_fd = send_fd;
+  b->recv_fd = recv_fd;
+  *out = b;
+  return ncclSuccess;
+}
+
+static ncclResult_t bs_listen(struct weft_bootstrap *b) {
+  union weft_sockaddr addr;
+  int fd;
+  char who[32];
+  WEFT_CHECK(weft_socket_local_addr(&addr));
+  WEFT_CHECK(weft_socket_listen(&addr, &fd));
+  b->addrs[b->rank] = addr;
+  snprintf(who, sizeof(who), "bootstrap rank %d", b->rank);
+  weft_gate_init(&b->gate, who, fd, b->secret, sizeof(struct weft_boot_hello), bs_admit, b,
+                 &b->abort_flag);
+  return ncclSuccess;
+}
+
+/* Registers with the root; next_out gets the ring-next rank's address. */
+static ncclResult_t bs_register(struct weft_bootstrap *b, const struct weft_unique_id *id,
+                                union weft_sockaddr *next_out) {
+  struct weft_boot_reg reg = {.secret = b->secret,
+                              .magic = WEFT_BOOT_REG_MAGIC,
+                              .rank = b->rank,
+                              .nranks = b->nranks,
+                              .addr = b->addrs[b->rank]};
+  struct weft_boot_reply reply;
+  char what[INET6_ADDRSTRLEN + 32], text[INET6_ADDRSTRLEN + 16];
+  snprintf(what, sizeof(what), "the bootstrap root at %s",
+           weft_sockaddr_str(&id->root, text, sizeof(text)));
+  int fd;
+  WEFT_CHECK(weft_socket_connect(&id->root, weft_deadline_default(), &fd));
+  ncclResult_t res = bs_xfer(b, fd, 1, &reg, sizeof(reg), weft_deadline_default(), what);
+  /* The root waits WEFT_TIMEOUT from the first registration, no later than
+   * ours; we wait a little longer to hear its verdict. */
+  int64_t deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
+  if (res == ncclSuccess) res = bs_xfer(b, fd, 0, &reply, sizeof(reply), deadline, what);
+  if (res == ncclSuccess && reply.status != 0) {
+    char msg[WEFT_BOOT_ERROR_MAX + 1];
+    size_t len = reply.len > 0 && reply.len <= WEFT_BOOT_ERROR_MAX ? (size_t)reply.len : 0;
+    res = bs_xfer(b, fd, 0, msg, len, deadline, what);
+    msg[res == ncclSuccess ? len : 0] = '\0';
+    WARN("bootstrap rank %d: the bootstrap root reports: %s", b->rank, msg);
+    res = ncclRemoteError;
+  }
+  weft_socket_close(&fd);
+  if (res == ncclSuccess) *next_out = reply.next;
+  return res;
+}
+
+/* Connects to ring next and waits for ring prev to connect to us. */
+static ncclResult_t bs_ring_connect(struct weft_bootstrap *b, const union weft_sockaddr *next) {
+  int next_rank = (b->rank + 1) % b->nranks;
+  int prev_rank = (b->rank + b->nranks - 1) % b->nranks;
+  int64_t deadline = weft_deadline_default();
+  WEFT_CHECK(bs_connect(b, next, next_rank, WEFT_BOOT_RING, deadline, &b->ring_send_fd));
+  while (b->ring_recv_fd < 0) {
+    if (weft_time_ms() >= deadline) {
+      char waiting_for[64];
+      snprintf(waiting_for, sizeof(waiting_for), "rank %d (ring previous) to connect", prev_rank);
+      return timed_out(b, waiting_for);
+    }
+    WEFT_CHECK(weft_gate_poll(&b->gate, NULL, 0, deadline));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_create(const ncclUniqueId *id_in, int rank, int nranks,
+                                   struct weft_bootstrap **out) {
+  struct weft_unique_id id;
+  memcpy(&id, id_in->internal, sizeof(id));
+  if (id.magic != WEFT_ID_MAGIC && id.magic != WEFT_ID_MAGIC_COMM_ID) {
+    WARN("bootstrap rank %d: the ncclUniqueId was not made by ncclGetUniqueId", rank);
+    return ncclInvalidArgument;
+  }
+  if (nranks < 1 || nranks > WEFT_BOOT_MAX_RANKS || rank < 0 || rank >= nranks) {
+    WARN("bootstrap: rank %d of %d is out of range", rank, nranks);
+    return ncclInvalidArgument;
+  }
+  struct weft_bootstrap *b = NULL;
+  union weft_sockaddr next, root;
+  ncclResult_t res;
+  WEFT_CHECK(bs_alloc(rank, nranks, id.secret, &b));
+  WEFT_CHECK_GOTO(bs_listen(b), res, fail);
+  if (id.magic == WEFT_ID_MAGIC_COMM_ID && rank == 0)
+    WEFT_CHECK_GOTO(weft_bootstrap_root_start(&id.root, id.secret, &root), res, fail);
+  WEFT_CHECK_GOTO(bs_register(b, &id, &next), res, fail);
+  if (nranks > 1) {
+    WEFT_CHECK_GOTO(bs_ring_connect(b, &next), res, fail);
+    WEFT_CHECK_GOTO(weft_bootstrap_allgather(b, b->addrs, sizeof(*b->addrs)), res, fail);
+  }
+  INFO(WEFT_BOOTSTRAP, "bootstrap rank %d of %d: connected", rank, nranks);
+  *out = b;
+  return ncclSuccess;
+fail:
+  weft_bootstrap_destroy(b);
+  return res;
+}
+
+/* ---- Collectives ----------------------------------------------------------- */
+
+ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_t size) {
+  char *base = all;
+  int n = b->nranks;
+  int64_t deadline = weft_deadline_default();
+  for (int s = 0; s < n - 1; s++) {
+    int send_block = (b->rank - s + n) % n;
+    int recv_block = (b->rank - s - 1 + n) % n;
+    WEFT_CHECK(bs_ring_step(b, base + (size_t)send_block * size, base + (size_t)recv_block * size,
+                            size, deadline));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_barrier(struct weft_bootstrap *b) {
+  char *bytes = calloc((size_t)b->nranks, 1);
+  if (bytes == NULL) {
+    WARN("bootstrap rank %d: out of memory for a barrier", b->rank);
+    return ncclSystemError;
+  }
+  ncclResult_t res = weft_bootstrap_allgather(b, bytes, 1);
+  free(bytes);
+  return res;
+}
+
+/* ---- Point-to-point ------------------------------------------------------- */
+
+static ncclResult_t check_peer(const struct weft_bootstrap *b, int peer, const char *op) {
+  if (peer >= 0 && peer < b->nranks) return ncclSuccess;
+  WARN("bootstrap rank %d: %s peer %d is out of range (nranks %d)", b->rank, op, peer, b->nranks);
+  return ncclInvalidArgument;
+}
+
+static ncclResult_t stash_put(struct weft_bootstrap *b, int peer, int tag, void *data,
+                              size_t size) {
+  struct stash *m = malloc(sizeof(*m));
+  if (m == NULL) {
+    WARN("bootstrap rank %d: out of memory keeping a message from rank %d", b->rank, peer);
+    return ncclSystemError;
+  }
+  *m = (struct stash){.peer = peer, .tag = tag, .size = size, .data = data};
+  *b->stash_tail = m;
+  b->stash_tail = &m->next;
+  return ncclSuccess;
+}
+
+static ncclResult_t size_mismatch(const struct weft_bootstrap *b, int peer, int tag, size_t got,
+                                  size_t want) {
+  WARN("bootstrap rank %d: message from rank %d (tag %d) has %zu bytes, recv expects %zu", b->rank,
+       peer, tag, got, want);
+  return ncclInternalError;
+}
+
+/* Takes the oldest kept message for (peer, tag); *found says if there was one. */
+static ncclResult_t stash_take(struct weft_bootstrap *b, int peer, int tag, void *data, size_t size,
+                               int *found) {
+  *found = 0;
+  for (struct stash **pp = &b->stash_head; *pp; pp = &(*pp)->next) {
+    struct stash *m = *pp;
+    if (m->peer != peer || m->tag != tag) continue;
+    *pp = m->next;
+    if (b->stash_tail == &m->next) b->stash_tail = pp;
+    *found = 1;
+    ncclResult_t res = m->size == size ? ncclSuccess : size_mismatch(b, peer, tag, m->size, size);
+    if (res == ncclSuccess && size > 0) memcpy(data, m->data, size);
+    free(m->data);
+    free(m);
+    return res;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t copy_to_stash(struct weft_bootstrap *b, int tag, const void *data,
+                                  size_t size) {
+  void *copy = malloc(size ? size : 1);
+  if (copy == NULL) {
+    WARN("bootstrap rank %d: out of memory for a %zu-byte message to itself", b->rank, size);
+    return ncclSystemError;
+  }
+  if (size > 0) memcpy(copy, data, size);
+  ncclResult_t res = stash_put(b, b->rank, tag, copy, size);
+  if (res != ncclSuccess) free(copy);
+  return res;
+}
+
+ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
+                                 size_t size) {
+  WEFT_CHECK(check_peer(b, peer, "send to"));
+  if (peer == b->rank) return copy_to_stash(b, tag, data, size);
+  char what[64];
+  snprintf(what, sizeof(what), "rank %d (message tag %d)", peer, tag);
+  int64_t deadline = weft_deadline_default();
+  if (b->send_fd[peer] < 0)
+    WEFT_CHECK(bs_connect(b, &b->addrs[peer], peer, WEFT_BOOT_P2P, deadline, &b->send_fd[peer]));
+  struct weft_boot_msg_hdr hdr = {.tag = tag, .size = size};
+  ncclResult_t res = bs_xfer(b, b->send_fd[peer], 1, &hdr, sizeof(hdr), deadline, what);
+  if (res == ncclSuccess && size > 0)
+    res = bs_xfer(b, b->send_fd[peer], 1, (void *)data, size, deadline, what);
+  /* Half a message would desynchronise the stream: start afresh next time. */
+  if (res != ncclSuccess) weft_socket_close(&b->send_fd[peer]);
+  return res;
+}
+
+/* Waits until peer has connected to us for messages. */
+static ncclResult_t wait_peer_conn(struct weft_bootstrap *b, int peer, int tag, int64_t deadline) {
+  while (b->recv_fd[peer] < 0) {
+    if (weft_time_ms() >= deadline) {
+      char waiting_for[80];
+      snprintf(waiting_for, sizeof(waiting_for), "a message from rank %d (tag %d)", peer, tag);
+      return timed_out(b, waiting_for);
+    }
+    WEFT_CHECK(weft_gate_poll(&b->gate, NULL, 0, deadline));
+  }
+  return ncclSuccess;
+}
+
+/* Reads the next message from peer: into data if it is (peer, tag), else
+ * into the stash. *done says which. */
+static ncclResult_t read_one(struct weft_bootstrap *b, int peer, int tag, void *data, size_t size,
+                             int64_t deadline, int *done) {
+  char what[64];
+  snprintf(what, sizeof(what), "rank %d (message tag %d)", peer, tag);
+  int fd = b->recv_fd[peer];
+  struct weft_boot_msg_hdr hdr;
+  WEFT_CHECK(bs_xfer(b, fd, 0, &hdr, sizeof(hdr), deadline, what));
+  *done = hdr.tag == tag;
+  if (*done) {
+    if (hdr.size != size) return size_mismatch(b, peer, tag, hdr.size, size);
+    return bs_xfer(b, fd, 0, data, size, deadline, what);
+  }
+  snprintf(what, sizeof(what), "rank %d (message tag %d)", peer, hdr.tag);
+  void *copy = malloc(hdr.size ? hdr.size : 1);
+  if (copy == NULL) {
+    WARN("bootstrap rank %d: out of memory for a %zu-byte message from rank %d", b->rank,
+         (size_t)hdr.size, peer);
+    return ncclSystemError;
+  }
+  ncclResult_t res = bs_xfer(b, fd, 0, copy, hdr.size, deadline, what);
+  if (res == ncclSuccess) res = stash_put(b, peer, hdr.tag, copy, hdr.size);
+  if (res != ncclSuccess) free(copy);
+  return res;
+}
+
+ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
+                                 size_t size) {
+  int found;
+  WEFT_CHECK(check_peer(b, peer, "recv from"));
+  WEFT_CHECK(stash_take(b, peer, tag, data, size, &found));
+  if (found) return ncclSuccess;
+  if (peer == b->rank) {
+    WARN("bootstrap rank %d: recv from itself (tag %d) with no matching send", b->rank, tag);
+    return ncclInvalidUsage;
+  }
+  int64_t deadline = weft_deadline_default();
+  WEFT_CHECK(wait_peer_conn(b, peer, tag, deadline));
+  for (int done = 0; !done;) WEFT_CHECK(read_one(b, peer, tag, data, size, deadline, &done));
+  return ncclSuccess;
+}
+
+/* ---- Teardown ------------------------------------------------------------- */
+
+void weft_bootstrap_abort(struct weft_bootstrap *b) {
+  if (b != NULL) atomic_store(&b->abort_flag, 1);
+}
+
+void weft_bootstrap_destroy(struct weft_bootstrap *b) {
+  if (b == NULL) return;
+  weft_gate_close(&b->gate);
+  weft_socket_close(&b->ring_send_fd);
+  weft_socket_close(&b->ring_recv_fd);
+  for (int i = 0; i < b->nranks; i++) {
+    weft_socket_close(&b->send_fd[i]);
+    weft_socket_close(&b->recv_fd[i]);
+  }
+  while (b->stash_head) {
+    struct stash *m = b->stash_head;
+    b->stash_head = m->next;
+    free(m->data);
+    free(m);
+  }
+  free(b->send_fd);
+  free(b->recv_fd);
+  free(b->addrs);
+  free(b);
+}

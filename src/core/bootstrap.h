@@ -1,0 +1,53 @@
+/* Bootstrap: the unique id, the root that introduces ranks, and the
+ * out-of-band messages ranks exchange while setting up a communicator. */
+#ifndef WEFT_CORE_BOOTSTRAP_H
+#define WEFT_CORE_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "transport/socket.h"
+
+#define WEFT_ID_MAGIC 0x7765667449443031ULL /* "weftID01" */
+
+/* What the 128 bytes of ncclUniqueId hold. */
+struct weft_unique_id {
+  uint64_t magic;
+  uint64_t secret; /* presented first on every bootstrap connection */
+  union weft_sockaddr root;
+};
+
+struct weft_bootstrap;
+
+/* Fills id with a fresh random secret and starts the root listener of this
+ * process (a thread that serves the ranks that register with that secret,
+ * then exits). NCCL_COMM_ID=host:port fixes the address. */
+ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id_out);
+
+/* Registers rank with the root named in id and connects the ring of
+ * bootstrap peers. Every wait ends by WEFT_TIMEOUT; a timeout names the
+ * ranks that did not arrive. */
+ncclResult_t weft_bootstrap_create(const ncclUniqueId *id, int rank, int nranks,
+                                   struct weft_bootstrap **out);
+
+/* In-place all-gather: all holds nranks blocks of size bytes; block `rank`
+ * is this rank's contribution. */
+ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_t size);
+ncclResult_t weft_bootstrap_barrier(struct weft_bootstrap *b);
+/* Point-to-point messages matched by (peer, tag); a message that arrives
+ * before its recv is kept until asked for. */
+ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
+                                 size_t size);
+ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
+                                 size_t size);
+
+/* Makes every wait of b return ncclInternalError at once (abort). */
+void weft_bootstrap_abort(struct weft_bootstrap *b);
+/* Closes sockets and frees b; NULL is fine. */
+void weft_bootstrap_destroy(struct weft_bootstrap *b);
+
+/* 64-bit random from getrandom(2). */
+ncclResult_t weft_random_u64(uint64_t *out);
+
+#endif

@@ -1,0 +1,266 @@
+/* The bootstrap root: a detached thread that introduces the ranks of one
+ * communicator. Each rank registers (rank, nranks, its listen address); once
+ * all have, each learns its ring-next's address and the thread exits. If
+ * WEFT_TIMEOUT passes first, every registered rank is told which ranks are
+ * missing. The thread owns all it allocates and frees it before it ends. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/bootstrap_internal.h"
+#include "core/check.h"
+#include "core/debug.h"
+#include "core/param.h"
+
+/* How long the root gives each reply; a rank that does not read it has
+ * failed on its own and is not worth waiting for. */
+#define ROOT_REPLY_MS 5000
+/* Listeners a forked child closes (see root_atfork_child). */
+#define ROOT_TRACK_MAX 64
+
+struct root {
+  struct weft_gate gate;
+  char name[INET6_ADDRSTRLEN + 32]; /* "bootstrap root 1.2.3.4:5" */
+  int nranks;                       /* 0 until the first registration */
+  int nreg;
+  int *fds;
+  union weft_sockaddr *addrs;
+  int64_t deadline;
+  int timeout_s;
+  char reason[128];
+};
+
+/* ---- Listeners inherited across fork --------------------------------------- */
+
+/* A child forked while a root is live must not keep a copy of its listener:
+ * the socket would stay open after the parent's root ends, and clients
+ * would queue on it instead of being refused. The root thread does not
+ * exist in the child, so closing its listener there is all it takes. */
+static pthread_mutex_t track_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t track_once = PTHREAD_ONCE_INIT;
+static int track_fds[ROOT_TRACK_MAX];
+static int track_n;
+
+static void root_atfork_prepare(void) {
+  pthread_mutex_lock(&track_lock);
+}
+static void root_atfork_parent(void) {
+  pthread_mutex_unlock(&track_lock);
+}
+static void root_atfork_child(void) {
+  for (int i = 0; i < track_n; i++) close(track_fds[i]);
+  track_n = 0;
+  pthread_mutex_unlock(&track_lock);
+}
+static void root_track_init(void) {
+  pthread_atfork(root_atfork_prepare, root_atfork_parent, root_atfork_child);
+}
+
+static void root_track(int fd) {
+  pthread_once(&track_once, root_track_init);
+  pthread_mutex_lock(&track_lock);
+  if (track_n < ROOT_TRACK_MAX) track_fds[track_n++] = fd;
+  pthread_mutex_unlock(&track_lock);
+}
+
+/* Closes fd under the lock, so a fork never sees a number already reused. */
+static void root_untrack_close(int *fd) {
+  pthread_mutex_lock(&track_lock);
+  for (int i = 0; i < track_n; i++)
+    if (track_fds[i] == *fd) track_fds[i] = track_fds[--track_n];
+  weft_socket_close(fd);
+  pthread_mutex_unlock(&track_lock);
+}
+
+/* ---- Registration ---------------------------------------------------------- */
+
+static const char *root_first_registration(struct root *r, int nranks) {
+  r->fds = malloc((size_t)nranks * sizeof(*r->fds));
+  r->addrs = calloc((size_t)nranks, sizeof(*r->addrs));
+  if (r->fds == NULL || r->addrs == NULL) {
+    free(r->fds);
+    free(r->addrs);
+    r->fds = NULL;
+    r->addrs = NULL;
+    return "out of memory for the rank table";
+  }
+  for (int i = 0; i < nranks; i++) r->fds[i] = -1;
+  r->nranks = nranks;
+  /* The clock starts with the first rank: before that, nobody is late. */
+  r->deadline = weft_time_ms() + (int64_t)r->timeout_s * 1000;
+  return NULL;
+}
+
+static const char *root_admit(void *ctx, int fd, const void *first) {
+  struct root *r = ctx;
+  struct weft_boot_reg reg;
+  memcpy(&reg, first, sizeof(reg));
+  if (reg.magic != WEFT_BOOT_REG_MAGIC) return "not a rank registration (bad magic)";
+  if (reg.nranks < 1 || reg.nranks > WEFT_BOOT_MAX_RANKS) {
+    snprintf(r->reason, sizeof(r->reason), "registration claims %d ranks", (int)reg.nranks);
+    return r->reason;
+  }
+  if (reg.rank < 0 || reg.rank >= reg.nranks) {
+    snprintf(r->reason, sizeof(r->reason), "registration for rank %d of %d", (int)reg.rank,
+             (int)reg.nranks);
+    return r->reason;
+  }
+  if (r->nranks == 0) {
+    const char *why = root_first_registration(r, reg.nranks);
+    if (why != NULL) return why;
+  } else if (reg.nranks != r->nranks) {
+    snprintf(r->reason, sizeof(r->reason), "rank %d registered for %d ranks, others for %d",
+             (int)reg.rank, (int)reg.nranks, r->nranks);
+    return r->reason;
+  }
+  if (r->fds[reg.rank] >= 0) {
+    snprintf(r->reason, sizeof(r->reason), "rank %d registered twice", (int)reg.rank);
+    return r->reason;
+  }
+  r->fds[reg.rank] = fd;
+  r->addrs[reg.rank] = reg.addr;
+  r->nreg++;
+  TRACE(WEFT_BOOTSTRAP, "%s: rank %d of %d registered", r->name, (int)reg.rank, r->nranks);
+  return NULL;
+}
+
+/* ---- Replies ------------------------------------------------------------- */
+
+static void root_reply(struct root *r, int rank, const struct weft_boot_reply *reply,
+                       const char *text) {
+  char what[sizeof(r->name) + 32];
+  snprintf(what, sizeof(what), "rank %d (from %s)", rank, r->name);
+  int64_t deadline = weft_time_ms() + ROOT_REPLY_MS;
+  /* A failure is WARNed by the socket layer; the other ranks still get theirs. */
+  if (weft_socket_send_all(r->fds[rank], reply, sizeof(*reply), deadline, what) == ncclSuccess &&
+      text != NULL)
+    (void)weft_socket_send_all(r->fds[rank], text, (size_t)reply->len, deadline, what);
+}
+
+static void root_send_ring(struct root *r) {
+  for (int i = 0; i < r->nranks; i++) {
+    struct weft_boot_reply reply = {.status = 0, .len = 0};
+    reply.next = r->addrs[(i + 1) % r->nranks];
+    root_reply(r, i, &reply, NULL);
+  }
+  INFO(WEFT_BOOTSTRAP, "%s: all %d ranks registered", r->name, r->nranks);
+}
+
+/* "rank 2 of 3" or "ranks 3, 5 of 8", the list cut short if it is long. */
+static void root_missing_text(const struct root *r, const char *verdict, char *out, size_t size) {
+  int missing = r->nranks - r->nreg;
+  size_t n = (size_t)snprintf(out, size, "%s ", missing == 1 ? "rank" : "ranks");
+  int listed = 0;
+  for (int i = 0; i < r->nranks && n < size; i++) {
+    if (r->fds[i] >= 0) continue;
+    if (n + 48 > size) {
+      n += (size_t)snprintf(out + n, size - n, "... (%d more)", missing - listed);
+      break;
+    }
+    n += (size_t)snprintf(out + n, size - n, "%s%d", listed ? ", " : "", i);
+    listed++;
+  }
+  if (n < size) snprintf(out + n, size - n, " of %d %s", r->nranks, verdict);
+}
+
+static void root_send_error(struct root *r, const char *text) {
+  struct weft_boot_reply reply = {.status = 1, .len = (int32_t)strlen(text)};
+  for (int i = 0; i < r->nranks; i++)
+    if (r->fds[i] >= 0) root_reply(r, i, &reply, text);
+}
+
+/* ---- The thread -------------------------------------------------------------- */
+
+static void root_free(struct root *r) {
+  for (int i = 0; i < r->nranks; i++) weft_socket_close(&r->fds[i]);
+  root_untrack_close(&r->gate.listen_fd);
+  weft_gate_close(&r->gate);
+  free(r->fds);
+  free(r->addrs);
+  free(r);
+}
+
+static void root_finish(struct root *r, ncclResult_t res) {
+  char text[WEFT_BOOT_ERROR_MAX], verdict[sizeof(r->name) + 64];
+  if (r->nranks > 0 && r->nreg == r->nranks) {
+    root_send_ring(r);
+  } else if (r->nreg > 0) {
+    if (res == ncclSuccess)
+      snprintf(verdict, sizeof(verdict), "did not reach the bootstrap root within %d s",
+               r->timeout_s);
+    else
+      snprintf(verdict, sizeof(verdict), "were still missing when %s failed", r->name);
+    root_missing_text(r, verdict, text, sizeof(text));
+    WARN("%s: %s", r->name, text);
+    root_send_error(r, text);
+  } else {
+    INFO(WEFT_BOOTSTRAP, "%s: no rank registered within %d s; closing", r->name, r->timeout_s);
+  }
+}
+
+static void *root_main(void *arg) {
+  struct root *r = arg;
+  ncclResult_t res = ncclSuccess;
+  while (r->nranks == 0 || r->nreg < r->nranks) {
+    if (weft_time_ms() >= r->deadline) break;
+    res = weft_gate_poll(&r->gate, NULL, 0, r->deadline);
+    if (res != ncclSuccess) break;
+  }
+  root_finish(r, res);
+  root_free(r);
+  return NULL;
+}
+
+/* The thread blocks every signal so the application's handlers run on its
+ * own threads, never on this helper. */
+static ncclResult_t root_spawn(struct root *r) {
+  pthread_attr_t attr;
+  pthread_t thread;
+  sigset_t all, old;
+  WEFT_PTHREAD_CHECK(pthread_attr_init(&attr), "pthread_attr_init for the bootstrap root");
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&thread, &attr, root_main, r);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    WARN("%s: cannot start its thread: %s", r->name, strerror(err));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_root_start(const union weft_sockaddr *addr, uint64_t secret,
+                                       union weft_sockaddr *bound_out) {
+  union weft_sockaddr bound = *addr;
+  int fd;
+  WEFT_CHECK(weft_socket_listen(&bound, &fd));
+  struct root *r = calloc(1, sizeof(*r));
+  if (r == NULL) {
+    WARN("bootstrap root: out of memory");
+    close(fd);
+    return ncclSystemError;
+  }
+  char text[INET6_ADDRSTRLEN + 16];
+  snprintf(r->name, sizeof(r->name), "bootstrap root %s",
+           weft_sockaddr_str(&bound, text, sizeof(text)));
+  weft_gate_init(&r->gate, "bootstrap root", fd, secret, sizeof(struct weft_boot_reg), root_admit,
+                 r, NULL);
+  r->timeout_s = (int)weft_param_int(WEFT_PARAM_TIMEOUT);
+  r->deadline = weft_time_ms() + (int64_t)r->timeout_s * 1000;
+  root_track(fd);
+  /* Logged before the thread starts: from then on r belongs to it. */
+  INFO(WEFT_BOOTSTRAP, "%s: listening", r->name);
+  ncclResult_t res = root_spawn(r);
+  if (res != ncclSuccess) {
+    root_free(r);
+    return res;
+  }
+  *bound_out = bound;
+  return ncclSuccess;
+}

@@ -1,0 +1,196 @@
+/* The communicator's life: create (bootstrap, peer exchange, ring
+ * connections, engine), finalize, free. The API layer has checked the
+ * arguments; this file assumes they are sane. */
+#include "core/comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/check.h"
+#include "core/connect.h"
+#include "core/device.h"
+#include "core/param.h"
+#include "exec/host.h"
+#include "weft_config.h"
+
+ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
+  if (comm == NULL) {
+    WARN("%s: comm is NULL", caller);
+    return ncclInvalidArgument;
+  }
+  if (comm->magic != WEFT_COMM_MAGIC) {
+    WARN("%s: comm %p is not a live communicator (destroyed, or never initialized)", caller,
+         (const void *)comm);
+    return ncclInvalidArgument;
+  }
+  int err = atomic_load(&comm->async_error);
+  if (err == ncclInProgress) {
+    WARN("%s: comm %p is still initializing; wait until ncclCommGetAsyncError returns "
+         "ncclSuccess",
+         caller, (const void *)comm);
+    return ncclInvalidUsage;
+  }
+  if (err != ncclSuccess) {
+    WARN("%s: comm %p (rank %d) has failed earlier with error %d; abort or destroy it", caller,
+         (const void *)comm, comm->rank, err);
+    return (ncclResult_t)err;
+  }
+  return ncclSuccess;
+}
+
+void weft_comm_set_error(struct ncclComm *comm, ncclResult_t err) {
+  int expected = ncclSuccess;
+  atomic_compare_exchange_strong(&comm->async_error, &expected, (int)err);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+/* Ranks on one host (one kernel boot, one host name) share this value. */
+static uint64_t host_hash(void) {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 64);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    size_t len = strlen(buf);
+    if (fgets(buf + len, (int)(sizeof(buf) - len), f) == NULL) buf[len] = '\0';
+    fclose(f);
+  }
+  return fnv1a(0xcbf29ce484222325ULL, buf, strlen(buf));
+}
+
+static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
+  comm->peers = calloc((size_t)comm->nranks, sizeof(*comm->peers));
+  if (comm->peers == NULL) {
+    WARN("rank %d: out of memory for %d peer records", comm->rank, comm->nranks);
+    return ncclSystemError;
+  }
+  struct weft_peer_info *me = &comm->peers[comm->rank];
+  me->rank = comm->rank;
+  me->cuda_dev = comm->cuda_dev;
+  me->pid = (int)getpid();
+  me->host_hash = host_hash();
+  me->comm_hash = comm->comm_hash;
+  WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
+  for (int r = 0; r < comm->nranks; r++) {
+    if (comm->peers[r].rank != r || comm->peers[r].comm_hash != comm->comm_hash) {
+      WARN("rank %d: peer %d sent inconsistent init data (rank %d, comm %llx, expected %llx)",
+           comm->rank, r, comm->peers[r].rank, (unsigned long long)comm->peers[r].comm_hash,
+           (unsigned long long)comm->comm_hash);
+      return ncclInternalError;
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id) {
+  weft_log_set_rank(comm->rank);
+  weft_param_print_all();
+  WEFT_CHECK(weft_bootstrap_create(id, comm->rank, comm->nranks, &comm->bootstrap));
+  WEFT_CHECK(exchange_peer_info(comm));
+  comm->ring_next = (comm->rank + 1) % comm->nranks;
+  comm->ring_prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+  WEFT_CHECK(weft_comm_connect_ring(comm));
+  WEFT_CHECK(weft_host_engine_create(comm));
+  INFO(WEFT_INIT, "comm %p rank %d nranks %d cudaDev %d engine %s commId 0x%llx - Init COMPLETE",
+       (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
+       comm->host_engine ? "host" : "cuda", (unsigned long long)comm->comm_hash);
+  return ncclSuccess;
+}
+
+struct init_job {
+  struct ncclComm *comm;
+  ncclUniqueId id;
+};
+
+static void *init_thread_main(void *arg) {
+  struct init_job *job = arg;
+  ncclResult_t res = comm_init_body(job->comm, &job->id);
+  atomic_store(&job->comm->async_error, (int)res);
+  free(job);
+  return NULL;
+}
+
+static void print_version_once(void) {
+  static _Atomic int printed;
+  if (atomic_exchange(&printed, 1)) return;
+  weft_log(WEFT_LOG_VERSION, WEFT_ALL, __FILE__, __LINE__, "weft %s (NCCL API %d.%d.%d)",
+           WEFT_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
+                              const ncclConfig_t *config, struct ncclComm **out) {
+  print_version_once();
+  struct ncclComm *comm = calloc(1, sizeof(*comm));
+  if (comm == NULL) {
+    WARN("rank %d: out of memory for a communicator", rank);
+    return ncclSystemError;
+  }
+  comm->magic = WEFT_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->config = *config;
+  comm->cuda_dev = weft_device_current();
+  comm->host_engine = 1; /* the CUDA engine is a later milestone */
+  comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
+  atomic_init(&comm->async_error, ncclInProgress);
+  atomic_init(&comm->abort_flag, 0);
+  if (config->blocking) {
+    ncclResult_t res = comm_init_body(comm, id);
+    if (res != ncclSuccess) {
+      weft_comm_free(comm, 1);
+      return res;
+    }
+    atomic_store(&comm->async_error, ncclSuccess);
+    *out = comm;
+    return ncclSuccess;
+  }
+  struct init_job *job = malloc(sizeof(*job));
+  if (job == NULL) {
+    WARN("rank %d: out of memory", rank);
+    free(comm);
+    return ncclSystemError;
+  }
+  job->comm = comm;
+  job->id = *id;
+  int err = pthread_create(&comm->init_thread, NULL, init_thread_main, job);
+  if (err != 0) {
+    WARN("rank %d: cannot start the init thread: %s", rank, strerror(err));
+    free(job);
+    free(comm);
+    return ncclSystemError;
+  }
+  comm->init_thread_live = 1;
+  *out = comm;
+  return ncclInProgress;
+}
+
+ncclResult_t weft_comm_finalize(struct ncclComm *comm) {
+  if (comm->host != NULL) WEFT_CHECK(weft_host_engine_wait(comm));
+  comm->finalized = 1;
+  return ncclSuccess;
+}
+
+void weft_comm_free(struct ncclComm *comm, int abort) {
+  if (abort) {
+    atomic_store(&comm->abort_flag, 1);
+    if (comm->bootstrap != NULL) weft_bootstrap_abort(comm->bootstrap);
+  }
+  if (comm->init_thread_live) {
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  if (abort) atomic_store(&comm->abort_flag, 1);
+  if (comm->host != NULL) weft_host_engine_destroy(comm);
+  weft_comm_disconnect(comm);
+  weft_bootstrap_destroy(comm->bootstrap);
+  free(comm->peers);
+  comm->magic = 0;
+  free(comm);
+}

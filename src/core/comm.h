@@ -1,0 +1,84 @@
+/* The communicator object behind ncclComm_t. */
+#ifndef WEFT_CORE_COMM_H
+#define WEFT_CORE_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define WEFT_COMM_MAGIC 0x7765667443304d4dULL /* "weftC0MM" */
+
+/* What every rank learns about every other at init (bootstrap all-gather). */
+struct weft_peer_info {
+  int rank;
+  int cuda_dev; /* -1: host rank */
+  int pid;
+  int pad;
+  uint64_t host_hash;
+  uint64_t comm_hash;
+};
+
+struct weft_conn;
+struct weft_bootstrap;
+struct weft_host_engine;
+
+struct ncclComm {
+  uint64_t magic;
+  int rank;
+  int nranks;
+  int cuda_dev; /* the device the rank was created on; -1 when none */
+  int host_engine; /* 1: collectives run on host buffers */
+  uint64_t comm_hash; /* names this communicator in logs and shm */
+  ncclConfig_t config; /* normalised: every field defined */
+
+  struct weft_bootstrap *bootstrap;
+  struct weft_peer_info *peers; /* nranks entries */
+
+  /* The ring: this rank sends to ring_next and receives from ring_prev. */
+  int ring_next;
+  int ring_prev;
+  struct weft_conn *ring_send;
+  struct weft_conn *ring_recv;
+
+  struct weft_host_engine *host;
+
+  /* Collectives issued, in order; every rank counts the same sequence. */
+  uint64_t op_seq;
+  /* ncclCommSplit calls made on this communicator (bootstrap message tags). */
+  uint32_t split_seq;
+
+  /* Set once: the first fatal error; every later call returns it. */
+  _Atomic int async_error;
+  /* Non-zero after ncclCommAbort: every wait gives up at once. */
+  _Atomic int abort_flag;
+  int finalized;
+
+  /* Non-blocking init runs here; ncclCommGetAsyncError reports progress. */
+  pthread_t init_thread;
+  int init_thread_live;
+};
+
+/* Checks that comm is a live communicator; WARNs naming `caller` if not. */
+ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller);
+
+/* Records err as the communicator's fatal error (first one wins). */
+void weft_comm_set_error(struct ncclComm *comm, ncclResult_t err);
+
+/* Creates rank `rank` of nranks on id with a normalised config. Blocking
+ * configs return when the communicator is ready; non-blocking ones return
+ * ncclInProgress at once with *out set, and finish on a thread whose result
+ * ncclCommGetAsyncError reports. */
+ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
+                              const ncclConfig_t *config, struct ncclComm **out);
+/* ncclCommSplit: ranks of parent with one color form a new communicator,
+ * ordered by (key, parent rank). NCCL_SPLIT_NOCOLOR sets *out = NULL. */
+ncclResult_t weft_comm_split(struct ncclComm *parent, int color, int key,
+                             const ncclConfig_t *config, struct ncclComm **out);
+/* Waits for everything issued on comm to finish. */
+ncclResult_t weft_comm_finalize(struct ncclComm *comm);
+/* Releases everything comm holds. abort: do not wait for peers or work. */
+void weft_comm_free(struct ncclComm *comm, int abort);
+
+#endif

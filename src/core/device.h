@@ -1,0 +1,14 @@
+/* What weft asks of CUDA on the host side: which device a rank is on and
+ * whether a pointer is device memory. Without CUDA every rank is a host rank. */
+#ifndef WEFT_CORE_DEVICE_H
+#define WEFT_CORE_DEVICE_H
+
+/* The calling thread's current CUDA device, or -1 when there is none (no CUDA
+ * in this build, no driver, no device, or WEFT_DEVICE=cpu). */
+int weft_device_current(void);
+/* Non-zero if p is device memory (so a host rank must not touch it). */
+int weft_device_is_device_ptr(const void *p);
+/* Selects device dev for the calling thread; ignored when there is no CUDA. */
+void weft_device_select(int dev);
+
+#endif

@@ -1,0 +1,43 @@
+/* Every tunable is one row here: the environment variable that sets it, its
+ * default and what it does. NCCL_* names where NCCL has the knob, WEFT_*
+ * where it is weft's own. NCCL_DEBUG_SUBSYS=ENV prints the table. */
+#ifndef WEFT_CORE_PARAM_H
+#define WEFT_CORE_PARAM_H
+
+#include <stdint.h>
+
+/* X(id, env name, default, help) for integer parameters. */
+#define WEFT_INT_PARAMS(X)                                                          \
+  X(TIMEOUT, "WEFT_TIMEOUT", 300, "seconds any bootstrap or peer wait may take")    \
+  X(SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", 1, "socket helper threads per conn")   \
+  X(BUFFSIZE, "NCCL_BUFFSIZE", 4194304, "bytes of buffering per connection")        \
+  X(CHUNK, "WEFT_CHUNK_SIZE", 0, "pipeline chunk bytes (0: chosen by size)")        \
+  X(SPIN, "WEFT_SPIN", 2000, "polls a wait spins before it yields, then sleeps")    \
+  X(SHM_DISABLE, "NCCL_SHM_DISABLE", 0, "1: no shared memory between ranks")        \
+  X(SHM_SLOTS, "WEFT_SHM_SLOTS", 8, "slots per shared-memory connection")           \
+  X(SHM_SLOT_BYTES, "WEFT_SHM_SLOT_BYTES", 0, "shm slot bytes (0: BUFFSIZE/slots)") \
+  X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")
+
+/* X(id, env name, default, help) for string parameters (NULL: unset). */
+#define WEFT_STR_PARAMS(X)                                                          \
+  X(COMM_ID, "NCCL_COMM_ID", NULL, "host:port of the bootstrap root")               \
+  X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", NULL, "interfaces to use (prefix, ^excl)")  \
+  X(DEVICE, "WEFT_DEVICE", NULL, "cpu: run every rank on host buffers")             \
+  X(DEBUG, "NCCL_DEBUG", NULL, "VERSION, WARN, INFO or TRACE")                      \
+  X(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", NULL, "INIT,COLL,NET,ENV,... or ^excl")       \
+  X(DEBUG_FILE, "NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid")
+
+#define WEFT_PARAM_ENUM(id, env, def, help) WEFT_PARAM_##id,
+enum weft_int_param { WEFT_INT_PARAMS(WEFT_PARAM_ENUM) WEFT_INT_PARAM_COUNT };
+enum weft_str_param { WEFT_STR_PARAMS(WEFT_PARAM_ENUM) WEFT_STR_PARAM_COUNT };
+#undef WEFT_PARAM_ENUM
+
+/* Value of a parameter: the environment's if set and valid, else the default.
+ * Read once per process (the first call), like NCCL. */
+int64_t weft_param_int(enum weft_int_param id);
+const char *weft_param_str(enum weft_str_param id);
+
+/* Prints every parameter and its value at INFO/ENV (once per process). */
+void weft_param_print_all(void);
+
+#endif

@@ -1,0 +1,260 @@
+/* Bad arguments through the public API: each returns ncclInvalidArgument
+ * with a last-error message naming the call and the argument, and queues
+ * nothing, so later valid calls (on every rank) still give correct results.
+ *
+ * Ranks run as processes: ncclGetLastError keeps one message per process,
+ * as NCCL does, and ranks in threads would overwrite each other's. */
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "nccl.h"
+
+#define NRANKS 2
+
+static const char *last_error(ncclComm_t comm) {
+  const char *msg = ncclGetLastError(comm);
+  return msg != NULL ? msg : "(null)";
+}
+
+/* Case-insensitive substring test. */
+static int mentions(const char *msg, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = msg; *p; p++)
+    if (strncasecmp(p, word, n) == 0) return 1;
+  return 0;
+}
+
+/* Checks one rejected call: the result, and a last error that names the
+ * call and (one of '|'-separated) argument names. */
+static int rejected(ncclResult_t res, ncclResult_t want, ncclComm_t comm, const char *text,
+                    const char *call, const char *args) {
+  HCHECK(res == want, "%s -> %d (%s), expected %d (%s)", text, (int)res, ncclGetErrorString(res),
+         (int)want, ncclGetErrorString(want));
+  const char *msg = last_error(comm);
+  HCHECK(msg[0] != '\0', "%s: ncclGetLastError is empty", text);
+  HCHECK(mentions(msg, call), "%s: last error \"%s\" does not name %s", text, msg, call);
+  char names[128];
+  snprintf(names, sizeof names, "%s", args);
+  int found = 0;
+  for (char *save = NULL, *w = strtok_r(names, "|", &save); w != NULL && !found;
+       w = strtok_r(NULL, "|", &save))
+    found = mentions(msg, w);
+  HCHECK(found, "%s: last error \"%s\" does not name the argument (%s)", text, msg, args);
+  return 0;
+}
+
+#define BAD(call, comm, fn, args)                                                     \
+  do {                                                                                \
+    if (rejected((call), ncclInvalidArgument, (comm), #call, (fn), (args))) return 1; \
+  } while (0)
+
+/* A valid all-reduce whose result proves every rank queued the same
+ * operations. */
+static int good_allreduce(ncclComm_t comm, int rank, int nranks, int salt) {
+  int32_t send[9], recv[9 + 2];
+  for (int i = 0; i < 9; i++) send[i] = rank * 100 + i + salt;
+  recv[9] = recv[10] = 0x7b7b7b7b;
+  HNCCL(ncclAllReduce(send, recv, 9, ncclInt32, ncclSum, comm, NULL));
+  for (int i = 0; i < 9; i++) {
+    int32_t want = 100 * nranks * (nranks - 1) / 2 + nranks * (i + salt);
+    HCHECK(recv[i] == want,
+           "valid all-reduce after bad calls: [%d] = %d, "
+           "expected %d",
+           i, (int)recv[i], (int)want);
+  }
+  HCHECK(recv[9] == 0x7b7b7b7b && recv[10] == 0x7b7b7b7b, "valid all-reduce wrote past count");
+  return 0;
+}
+
+/* Bad calls to ncclCommInitRank*, made before the real init with the same
+ * id: none may join the communicator. */
+static int bad_inits(int rank, int nranks, ncclUniqueId id) {
+  ncclComm_t comm = NULL;
+  BAD(ncclCommInitRank(NULL, nranks, id, rank), NULL, "ncclCommInitRank", "comm");
+  BAD(ncclCommInitRank(&comm, nranks, id, nranks), NULL, "ncclCommInitRank", "rank");
+  BAD(ncclCommInitRank(&comm, nranks, id, -1), NULL, "ncclCommInitRank", "rank");
+  BAD(ncclCommInitRank(&comm, 0, id, 0), NULL, "ncclCommInitRank", "nranks");
+  BAD(ncclCommInitRank(&comm, -3, id, 0), NULL, "ncclCommInitRank", "nranks");
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.magic = 0xdeadbeef;
+  BAD(ncclCommInitRankConfig(&comm, nranks, id, rank, &config), NULL, "ncclCommInitRankConfig",
+      "magic|config");
+
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof zero);
+  BAD(ncclCommInitRank(&comm, nranks, zero, rank), NULL, "ncclCommInitRank", "commId|uniqueId|id");
+  BAD(ncclGetUniqueId(NULL), NULL, "ncclGetUniqueId", "uniqueId");
+  return 0;
+}
+
+static int args_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  if (bad_inits(rank, nranks, id)) return 1;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (good_allreduce(comm, rank, nranks, 1)) return 1;
+
+  float buf[8] = {0};
+  int value = -1;
+  const size_t huge = SIZE_MAX / 8 + 1;
+  BAD(ncclAllReduce(buf, buf, 8, ncclFloat32, ncclSum, NULL, NULL), NULL, "ncclAllReduce", "comm");
+  BAD(ncclCommCount(NULL, &value), NULL, "ncclCommCount", "comm");
+  BAD(ncclCommUserRank(NULL, &value), NULL, "ncclCommUserRank", "comm");
+  BAD(ncclCommCuDevice(NULL, &value), NULL, "ncclCommCuDevice", "comm");
+  BAD(ncclCommCount(comm, NULL), comm, "ncclCommCount", "count");
+  BAD(ncclCommUserRank(comm, NULL), comm, "ncclCommUserRank", "rank");
+  BAD(ncclGetVersion(NULL), NULL, "ncclGetVersion", "version");
+  BAD(ncclAllReduce(NULL, buf, 8, ncclFloat32, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "sendbuff");
+  BAD(ncclAllReduce(buf, NULL, 8, ncclFloat32, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "recvbuff");
+  BAD(ncclAllReduce(buf, buf, 8, ncclNumTypes, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "datatype");
+  BAD(ncclAllReduce(buf, buf, 8, (ncclDataType_t)-1, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "datatype");
+  BAD(ncclAllReduce(buf, buf, 8, ncclFloat32, ncclNumOps, comm, NULL), comm, "ncclAllReduce", "op");
+  BAD(ncclAllReduce(buf, buf, 8, ncclFloat32, (ncclRedOp_t)99, comm, NULL), comm, "ncclAllReduce",
+      "op");
+  BAD(ncclAllReduce(buf, buf, huge, ncclFloat64, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "count");
+  BAD(ncclAllReduce(buf, buf, SIZE_MAX, ncclInt32, ncclMax, comm, NULL), comm, "ncclAllReduce",
+      "count");
+
+  /* Only rank 0 makes these: had any been queued, the ranks' sequences
+   * would differ and the next all-reduce would be wrong or fail. */
+  if (rank == 0) {
+    BAD(ncclAllReduce(NULL, NULL, 3, ncclInt8, ncclSum, comm, NULL), comm, "ncclAllReduce",
+        "sendbuff|recvbuff");
+    BAD(ncclAllReduce(buf, buf, 4, ncclNumTypes, ncclNumOps, comm, NULL), comm, "ncclAllReduce",
+        "datatype|op");
+  }
+  if (good_allreduce(comm, rank, nranks, 2)) return 1;
+
+  /* Bad calls inside a group are rejected at once, too. NCCL's
+   * ncclGroupEnd then reports the group's error; either answer is fine as
+   * long as the communicator goes on working. */
+  HNCCL(ncclGroupStart());
+  BAD(ncclAllReduce(buf, NULL, 8, ncclFloat32, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "recvbuff");
+  ncclResult_t res = ncclGroupEnd();
+  HCHECK(res == ncclSuccess || res == ncclInvalidArgument,
+         "ncclGroupEnd after a rejected call -> %d (%s): %s", (int)res, ncclGetErrorString(res),
+         last_error(comm));
+  if (good_allreduce(comm, rank, nranks, 3)) return 1;
+
+  /* Count 0 needs no buffers. */
+  HNCCL(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, NULL));
+
+  /* NCCL treats destroying or aborting NULL as a no-op; so must weft. */
+  HNCCL(ncclCommDestroy(NULL));
+  HNCCL(ncclCommAbort(NULL));
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_bad_arguments) {
+  char why[8192];
+  int rc = harness_procs(NRANKS, 60, args_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+/* A caller built against an older nccl.h passes a shorter ncclConfig_t.
+ * The struct is placed to end at a page the process may not touch, so a
+ * library reading past config->size crashes the rank. */
+static int old_config_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char *mem = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  HCHECK(mem != MAP_FAILED, "mmap failed");
+  HCHECK(mprotect(mem + page, page, PROT_NONE) == 0, "mprotect failed");
+  size_t old_size = offsetof(ncclConfig_t, commName);
+  ncclConfig_t full = NCCL_CONFIG_INITIALIZER;
+  full.size = old_size;
+  full.version = NCCL_VERSION(2, 17, 1);
+  full.blocking = 1;
+  char *at = mem + page - old_size;
+  memcpy(at, &full, old_size);
+
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRankConfig(&comm, nranks, id, rank, (ncclConfig_t *)at));
+  HCHECK(comm != NULL, "no communicator");
+  if (good_allreduce(comm, rank, nranks, 4)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  munmap(mem, 2 * page);
+  return 0;
+}
+
+START_TEST(test_old_config_size) {
+  char why[8192];
+  int rc = harness_procs(NRANKS, 60, old_config_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+/* A NULL config is allowed and means the defaults. */
+static int null_config_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRankConfig(&comm, nranks, id, rank, NULL));
+  if (good_allreduce(comm, rank, nranks, 5)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_null_config) {
+  char why[8192];
+  int rc = harness_procs(NRANKS, 60, null_config_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+/* A call weft does not implement says so (ncclInvalidUsage, named in the
+ * last error) and leaves the communicator working. */
+static int unsupported_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  ncclComm_t child = NULL;
+  int exclude = nranks - 1;
+  if (rejected(ncclCommShrink(comm, &exclude, 1, &child, NULL, NCCL_SHRINK_DEFAULT),
+               ncclInvalidUsage, comm, "ncclCommShrink(...)", "ncclCommShrink", "ncclCommShrink"))
+    return 1;
+  HCHECK(child == NULL, "ncclCommShrink set *newcomm though it failed");
+  if (good_allreduce(comm, rank, nranks, 6)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_unsupported_call) {
+  char why[8192];
+  int rc = harness_procs(NRANKS, 60, unsupported_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+int main(void) {
+  harness_env_defaults();
+  Suite *s = suite_create("args");
+  TCase *tc = tcase_create("args");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_bad_arguments);
+  tcase_add_test(tc, test_old_config_size);
+  tcase_add_test(tc, test_null_config);
+  tcase_add_test(tc, test_unsupported_call);
+  suite_add_tcase(s, tc);
+
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

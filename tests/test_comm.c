@@ -1,0 +1,194 @@
+/* Communicator queries and ncclCommSplit through the public API, plus the
+ * library-wide calls: ncclGetVersion and ncclGetErrorString. */
+#include <check.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "harness.h"
+#include "nccl.h"
+
+static int check_identity(ncclComm_t comm, int nranks, int rank) {
+  int n = -1, me = -1, dev = -2;
+  HNCCL(ncclCommCount(comm, &n));
+  HNCCL(ncclCommUserRank(comm, &me));
+  HNCCL(ncclCommCuDevice(comm, &dev));
+  HCHECK(n == nranks, "ncclCommCount gave %d, expected %d", n, nranks);
+  HCHECK(me == rank, "ncclCommUserRank gave %d, expected %d", me, rank);
+  HCHECK(dev >= -1, "ncclCommCuDevice gave %d", dev);
+  return 0;
+}
+
+/* Every rank puts its tag at its own slot; the sum shows each rank of comm
+ * which tag sits at which rank, and that all ranks agree. */
+static int check_members(ncclComm_t comm, int nranks, int rank, int tag, const int *want_tags) {
+  int32_t slots[8] = {0};
+  HCHECK(nranks <= 8, "too many ranks");
+  slots[rank] = tag;
+  HNCCL(ncclAllReduce(slots, slots, (size_t)nranks, ncclInt32, ncclSum, comm, NULL));
+  for (int r = 0; r < nranks; r++)
+    HCHECK(slots[r] == want_tags[r],
+           "rank %d of the communicator has tag %d, "
+           "expected %d",
+           r, (int)slots[r], want_tags[r]);
+  return 0;
+}
+
+static int split_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (check_identity(comm, nranks, rank)) return 1;
+
+  /* Colors by parity, keys reversed: the new ranks count down. */
+  int color = rank % 2;
+  ncclComm_t half = NULL;
+  HNCCL(ncclCommSplit(comm, color, nranks - rank, &half, NULL));
+  HCHECK(half != NULL, "ncclCommSplit with color %d gave NULL", color);
+  int members[8], nmembers = 0;
+  for (int r = nranks - 1; r >= 0; r--)
+    if (r % 2 == color) members[nmembers++] = r + 1; /* tags: parent rank + 1 */
+  int new_rank = 0;
+  while (members[new_rank] != rank + 1) new_rank++;
+  if (check_identity(half, nmembers, new_rank) ||
+      check_members(half, nmembers, new_rank, rank + 1, members))
+    return 1;
+
+  /* The last rank opts out; the rest keep their order (equal keys). */
+  ncclComm_t most = NULL;
+  int out = rank == nranks - 1;
+  HNCCL(ncclCommSplit(comm, out ? NCCL_SPLIT_NOCOLOR : 7, 0, &most, NULL));
+  if (out) {
+    HCHECK(most == NULL, "NCCL_SPLIT_NOCOLOR gave a communicator");
+  } else {
+    HCHECK(most != NULL, "ncclCommSplit with color 7 gave NULL");
+    int tags[8];
+    for (int r = 0; r < nranks - 1; r++) tags[r] = r + 1;
+    if (check_identity(most, nranks - 1, rank) ||
+        check_members(most, nranks - 1, rank, rank + 1, tags))
+      return 1;
+  }
+
+  /* With a config, everyone in: the parent again. */
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.commName = "weft-test-split";
+  ncclComm_t all = NULL;
+  HNCCL(ncclCommSplit(comm, 0, rank, &all, &config));
+  HCHECK(all != NULL, "ncclCommSplit with color 0 gave NULL");
+  int tags[8];
+  for (int r = 0; r < nranks; r++) tags[r] = r + 1;
+  if (check_identity(all, nranks, rank) || check_members(all, nranks, rank, rank + 1, tags))
+    return 1;
+
+  /* Parent and children all still work, interleaved. */
+  if (check_members(comm, nranks, rank, rank + 1, tags) ||
+      check_members(half, nmembers, new_rank, rank + 1, members))
+    return 1;
+
+  HNCCL(ncclCommDestroy(half));
+  if (most != NULL) HNCCL(ncclCommDestroy(most));
+  HNCCL(ncclCommDestroy(all));
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_split_procs) {
+  char why[8192];
+  int rc = harness_procs(4, 60, split_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+START_TEST(test_split_threads) {
+  char why[8192];
+  int rc = harness_threads(4, 60, split_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+static int identity_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (check_identity(comm, nranks, rank)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_count_rank_procs) {
+  char why[8192];
+  int nranks = _i;
+  int rc = harness_procs(nranks, 60, identity_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%d ranks: %s", nranks, why);
+}
+END_TEST
+
+START_TEST(test_count_rank_init_all) {
+  for (int n = 1; n <= 4; n++) {
+    ncclComm_t comms[4] = {NULL, NULL, NULL, NULL};
+    ck_assert_int_eq(ncclCommInitAll(comms, n, NULL), ncclSuccess);
+    for (int i = 0; i < n; i++) {
+      int count = -1, rank = -1, dev = -2;
+      ck_assert_ptr_nonnull(comms[i]);
+      ck_assert_int_eq(ncclCommCount(comms[i], &count), ncclSuccess);
+      ck_assert_int_eq(ncclCommUserRank(comms[i], &rank), ncclSuccess);
+      ck_assert_int_eq(ncclCommCuDevice(comms[i], &dev), ncclSuccess);
+      ck_assert_int_eq(count, n);
+      ck_assert_int_eq(rank, i);
+    }
+    for (int i = 0; i < n; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  }
+}
+END_TEST
+
+START_TEST(test_version) {
+  int version = -1;
+  ck_assert_int_eq(ncclGetVersion(&version), ncclSuccess);
+  ck_assert_int_eq(version, NCCL_VERSION_CODE);
+  ck_assert_int_eq(NCCL_VERSION_CODE, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH));
+  ck_assert_int_eq(version / 10000, NCCL_MAJOR);
+  ck_assert_int_eq(version / 100 % 100, NCCL_MINOR);
+}
+END_TEST
+
+START_TEST(test_error_strings) {
+  const char *s[ncclNumResults];
+  for (int r = 0; r < ncclNumResults; r++) {
+    s[r] = ncclGetErrorString((ncclResult_t)r);
+    ck_assert_msg(s[r] != NULL && s[r][0] != '\0', "result %d has no text", r);
+    for (int q = 0; q < r; q++)
+      ck_assert_msg(strcmp(s[q], s[r]) != 0, "results %d and %d share the text \"%s\"", q, r, s[r]);
+  }
+  /* Out-of-range codes still get text, never NULL. */
+  ck_assert_ptr_nonnull(ncclGetErrorString(ncclNumResults));
+  ck_assert_ptr_nonnull(ncclGetErrorString((ncclResult_t)99));
+  ck_assert_ptr_nonnull(ncclGetErrorString((ncclResult_t)-1));
+  /* Before any error the last error is empty, not NULL. */
+  ck_assert_ptr_nonnull(ncclGetLastError(NULL));
+}
+END_TEST
+
+int main(void) {
+  harness_env_defaults();
+  Suite *s = suite_create("comm");
+
+  TCase *tc = tcase_create("split");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_split_procs);
+  tcase_add_test(tc, test_split_threads);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("queries");
+  tcase_set_timeout(tc, 90);
+  tcase_add_loop_test(tc, test_count_rank_procs, 1, 6);
+  tcase_add_test(tc, test_count_rank_init_all);
+  tcase_add_test(tc, test_version);
+  tcase_add_test(tc, test_error_strings);
+  suite_add_tcase(s, tc);
+
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

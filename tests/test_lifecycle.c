@@ -1,0 +1,267 @@
+/* Communicator lifecycle through the public API: repeated init/destroy and
+ * init/abort leave no file descriptors, threads or memory behind; finalize
+ * then destroy; non-blocking init; a rank that never arrives makes init fail
+ * (naming it) instead of hanging.
+ *
+ * Each test runs in its own Check fork, so WEFT_TIMEOUT set in a test is
+ * read fresh by that test's first NCCL call (CK_FORK=no is not supported). */
+#include <check.h>
+#include <dirent.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "nccl.h"
+
+#define CYCLES 100
+
+enum ending { END_DESTROY, END_ABORT, END_FINALIZE };
+
+/* Entries of a /proc directory, "." and ".." aside. */
+static int count_entries(const char *path) {
+  DIR *d = opendir(path);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}
+
+static int count_threads(void) {
+  return count_entries("/proc/self/task");
+}
+/* Less the one opendir holds while counting. */
+static int count_fds(void) {
+  return count_entries("/proc/self/fd") - 1;
+}
+
+static size_t heap_in_use(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+/* A small all-reduce, so every cycle sets up whatever collectives need. */
+static int allreduce_check(ncclComm_t comm, int rank, int nranks) {
+  float buf[3] = {(float)rank, 1.0f, (float)(2 * rank)};
+  HNCCL(ncclAllReduce(buf, buf, 3, ncclFloat32, ncclSum, comm, NULL));
+  float sum = (float)(nranks * (nranks - 1) / 2);
+  HCHECK(buf[0] == sum && buf[1] == (float)nranks && buf[2] == 2 * sum, "all-reduce gave %g %g %g",
+         buf[0], buf[1], buf[2]);
+  return 0;
+}
+
+static int cycle_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  enum ending how = *(enum ending *)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (allreduce_check(comm, rank, nranks)) return 1;
+  switch (how) {
+    case END_ABORT: HNCCL(ncclCommAbort(comm)); break;
+    case END_FINALIZE:
+      HNCCL(ncclCommFinalize(comm));
+      HNCCL(ncclCommDestroy(comm));
+      break;
+    default: HNCCL(ncclCommDestroy(comm));
+  }
+  return 0;
+}
+
+/* Waits (bounded) for exiting threads and closing sockets to settle back to
+ * the counts taken before. */
+static void settle(int fds0, int thr0, int *fds, int *thr) {
+  double until = harness_now() + 5;
+  do {
+    *fds = count_fds();
+    *thr = count_threads();
+    if (*fds == fds0 && *thr == thr0) return;
+    harness_sleep_ms(10);
+  } while (harness_now() < until);
+}
+
+static void cycles(enum ending how) {
+  char why[4096];
+  /* The first communicator may set up what lives as long as the process
+   * (parameters, the log file); count after it. */
+  int rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
+  ck_assert_msg(rc == 0, "warm-up: %s", why);
+  int fds0 = -1, thr0 = -1;
+  settle(-2, -2, &fds0, &thr0);
+  size_t mem0 = heap_in_use();
+  for (int i = 0; i < CYCLES; i++) {
+    rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
+    ck_assert_msg(rc == 0, "cycle %d: %s", i, why);
+  }
+  int fds, thr;
+  settle(fds0, thr0, &fds, &thr);
+  size_t mem = heap_in_use();
+  ck_assert_msg(fds == fds0, "%d open fds before %d cycles, %d after", fds0, CYCLES, fds);
+  ck_assert_msg(thr == thr0, "%d threads before %d cycles, %d after", thr0, CYCLES, thr);
+  /* Loose: allocator caches may keep some; a real leak grows per cycle. */
+  ck_assert_msg(mem < mem0 + 4 * 1024 * 1024,
+                "heap in use grew from %zu to %zu bytes over %d cycles", mem0, mem, CYCLES);
+}
+
+START_TEST(test_init_destroy_cycles) {
+  cycles(END_DESTROY);
+}
+END_TEST
+
+START_TEST(test_init_abort_cycles) {
+  cycles(END_ABORT);
+}
+END_TEST
+
+START_TEST(test_finalize_destroy) {
+  enum ending how = END_FINALIZE;
+  char why[4096];
+  int rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
+  ck_assert_msg(rc == 0, "threads: %s", why);
+  rc = harness_procs(3, 30, cycle_rank, &how, why, sizeof why);
+  ck_assert_msg(rc == 0, "processes: %s", why);
+}
+END_TEST
+
+/* ncclCommInitAll communicators, created and destroyed by one thread. */
+START_TEST(test_init_all_cycles) {
+  ncclComm_t comms[3];
+  ck_assert_int_eq(ncclCommInitAll(comms, 3, NULL), ncclSuccess);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  int fds0, thr0;
+  settle(-2, -2, &fds0, &thr0);
+  for (int k = 0; k < 20; k++) {
+    ck_assert_int_eq(ncclCommInitAll(comms, 3, NULL), ncclSuccess);
+    float buf[3][4];
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int i = 0; i < 3; i++) {
+      for (int e = 0; e < 4; e++) buf[i][e] = (float)(i + e);
+      ck_assert_int_eq(ncclAllReduce(buf[i], buf[i], 4, ncclFloat32, ncclMax, comms[i], NULL),
+                       ncclSuccess);
+    }
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    for (int i = 0; i < 3; i++)
+      for (int e = 0; e < 4; e++)
+        ck_assert_msg(buf[i][e] == (float)(2 + e), "comm %d [%d] = %g", i, e, buf[i][e]);
+    for (int i = 0; i < 3; i++)
+      ck_assert_int_eq(k % 2 ? ncclCommAbort(comms[i]) : ncclCommDestroy(comms[i]), ncclSuccess);
+  }
+  int fds, thr;
+  settle(fds0, thr0, &fds, &thr);
+  ck_assert_msg(fds == fds0, "%d open fds before, %d after", fds0, fds);
+  ck_assert_msg(thr == thr0, "%d threads before, %d after", thr0, thr);
+}
+END_TEST
+
+/* Polls comm until its state leaves ncclInProgress (bounded). */
+static ncclResult_t wait_ready(ncclComm_t comm) {
+  double until = harness_now() + 30;
+  ncclResult_t st = ncclInProgress;
+  while (harness_now() < until) {
+    ncclResult_t res = ncclCommGetAsyncError(comm, &st);
+    if (res != ncclSuccess) return res;
+    if (st != ncclInProgress) return st;
+    harness_sleep_ms(1);
+  }
+  return ncclInProgress;
+}
+
+static int nonblocking_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  HCHECK(res == ncclSuccess || res == ncclInProgress,
+         "non-blocking ncclCommInitRankConfig -> %d (%s): %s", (int)res, ncclGetErrorString(res),
+         ncclGetLastError(NULL));
+  HCHECK(comm != NULL, "no communicator handle while init is in progress");
+  res = wait_ready(comm);
+  HCHECK(res == ncclSuccess, "ncclCommGetAsyncError reached %d (%s): %s", (int)res,
+         ncclGetErrorString(res), ncclGetLastError(comm));
+
+  int n = -1, me = -1;
+  HNCCL(ncclCommCount(comm, &n));
+  HNCCL(ncclCommUserRank(comm, &me));
+  HCHECK(n == nranks && me == rank, "count %d rank %d", n, me);
+
+  int buf[5] = {rank, rank, rank, rank, rank};
+  res = ncclAllReduce(buf, buf, 5, ncclInt32, ncclSum, comm, NULL);
+  HCHECK(res == ncclSuccess || res == ncclInProgress, "non-blocking ncclAllReduce -> %d (%s): %s",
+         (int)res, ncclGetErrorString(res), ncclGetLastError(comm));
+  res = wait_ready(comm);
+  HCHECK(res == ncclSuccess, "after ncclAllReduce: async error %d (%s): %s", (int)res,
+         ncclGetErrorString(res), ncclGetLastError(comm));
+  for (int i = 0; i < 5; i++)
+    HCHECK(buf[i] == nranks * (nranks - 1) / 2, "buf[%d] = %d", i, buf[i]);
+
+  res = ncclCommFinalize(comm);
+  HCHECK(res == ncclSuccess || res == ncclInProgress,
+         "non-blocking ncclCommFinalize -> %d (%s): %s", (int)res, ncclGetErrorString(res),
+         ncclGetLastError(comm));
+  res = wait_ready(comm);
+  HCHECK(res == ncclSuccess, "after ncclCommFinalize: async error %d: %s", (int)res,
+         ncclGetLastError(comm));
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_nonblocking_init) {
+  char why[4096];
+  int rc = harness_threads(2, 60, nonblocking_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "threads: %s", why);
+  rc = harness_procs(3, 60, nonblocking_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "processes: %s", why);
+}
+END_TEST
+
+static int missing_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRank(&comm, nranks, id, rank);
+  HCHECK(res != ncclSuccess && res != ncclInProgress,
+         "ncclCommInitRank succeeded (%d) with rank 2 of 3 missing", (int)res);
+  const char *msg = ncclGetLastError(NULL);
+  HCHECK(msg != NULL && strstr(msg, "rank 2") != NULL,
+         "ncclCommInitRank -> %d (%s); last error does not name rank 2: "
+         "\"%s\"",
+         (int)res, ncclGetErrorString(res), msg ? msg : "(null)");
+  return 0;
+}
+
+START_TEST(test_missing_rank) {
+  /* Read by this process's first NCCL call (ncclGetUniqueId, whose root
+   * also waits) and inherited by the ranks. */
+  setenv("WEFT_TIMEOUT", "3", 1);
+  struct harness_opts o = {HARNESS_PROCS, 3, 2, 40, 0};
+  char why[4096];
+  int rc = harness_run(&o, missing_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+int main(void) {
+  harness_env_defaults();
+  Suite *s = suite_create("lifecycle");
+
+  TCase *tc = tcase_create("cycles");
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, test_init_destroy_cycles);
+  tcase_add_test(tc, test_init_abort_cycles);
+  tcase_add_test(tc, test_init_all_cycles);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("modes");
+  tcase_set_timeout(tc, 150);
+  tcase_add_test(tc, test_finalize_destroy);
+  tcase_add_test(tc, test_nonblocking_init);
+  tcase_add_test(tc, test_missing_rank);
+  suite_add_tcase(s, tc);
+
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

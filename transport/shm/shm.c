@@ -1,0 +1,371 @@
+/* The shared-memory transport: between two ranks of one host, a connection
+ * is a byte FIFO in a /dev/shm segment that the receiver creates and both
+ * processes map (segment.c). The sender copies into free space and
+ * publishes tail; the receiver copies out and publishes head. Copies go at
+ * most a slot at a time, so the receiver drains one slot while the sender
+ * fills the next. A send or recv of B bytes is a stream: slot boundaries
+ * never show to the caller, and both sides may move any part of it per call.
+ *
+ * A segment's name lives only until both sides have it mapped: the sender
+ * unlinks it right after mapping it and so does the receiver's connect,
+ * which waits for the sender's "mapped" flag. After connect, a kill -9 of
+ * either process leaves nothing in /dev/shm. close unlinks it too when
+ * connect never completed (an error or an abort).
+ *
+ * For callers (src/core/connect.c):
+ * - The sender's connect never waits; the receiver's waits for its
+ *   sender's. A rank must connect its send sides before it connects its
+ *   receive sides, or two ranks receiving from each other would each wait
+ *   for the other until the deadline.
+ * - setup returning ncclSystemError with errno ENOSPC means /dev/shm has no
+ *   room for the segment (WARNed with the sizes): fall back to the socket
+ *   transport for this peer. Nothing is left behind in that case. */
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "transport/shm/shm.h"
+#include "transport/transport.h"
+
+#define SHM_PAGE 4096
+#define SHM_MAX_SLOTS 4096
+/* Whole segments above this are a typo in the environment, not a plan. */
+#define SHM_MAX_RING_BYTES (UINT64_C(1) << 46)
+/* A peer's liveness is checked at most this often while a side is stalled. */
+#define SHM_PEER_CHECK_MS 100
+#define SHM_PEER_CHECK_POLLS 64
+#define SHM_SLEEP_MAX_NS 1000000L
+
+struct shm_handle {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t map_bytes;
+  char name[WEFT_SHM_NAME_MAX];
+};
+_Static_assert(sizeof(struct shm_handle) <= WEFT_CONN_HANDLE_BYTES,
+               "the shm handle must fit in a connection handle");
+
+/* One end of a connection, private to this process. */
+struct shm_conn {
+  struct weft_shm_segment seg;
+  uint64_t ring_bytes;
+  uint64_t slot_bytes;
+  uint64_t pos;      /* ours: tail for the sender, head for the receiver */
+  uint64_t peer_pos; /* the other side's counter, as last read */
+  int peer_pid;      /* for messages */
+  int peer_watch;    /* kill(peer_pid, 0) tells whether it lives */
+  int unlinked;
+  uint32_t idle; /* calls in a row that moved nothing */
+  int64_t next_check_ms;
+};
+
+static void shm_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static ncclResult_t shm_can_connect(const struct weft_transport_peer *self,
+                                    const struct weft_transport_peer *peer, int *out) {
+  *out = weft_param_int(WEFT_PARAM_SHM_DISABLE) == 0 && self->host_hash == peer->host_hash;
+  return ncclSuccess;
+}
+
+/* Slot size and count from the parameters: WEFT_SHM_SLOT_BYTES, or
+ * NCCL_BUFFSIZE split over WEFT_SHM_SLOTS slots, in whole pages. */
+static ncclResult_t shm_sizes(const struct weft_conn *conn, uint64_t *slot_out,
+                              uint64_t *ring_out) {
+  int64_t slots = weft_param_int(WEFT_PARAM_SHM_SLOTS);
+  int64_t slot = weft_param_int(WEFT_PARAM_SHM_SLOT_BYTES);
+  if (slots < 1 || slots > SHM_MAX_SLOTS) {
+    WARN("shm: rank %d: WEFT_SHM_SLOTS=%" PRId64 " is outside [1, %d]", conn->rank, slots,
+         SHM_MAX_SLOTS);
+    return ncclInvalidUsage;
+  }
+  if (slot == 0) slot = weft_param_int(WEFT_PARAM_BUFFSIZE) / slots;
+  if (slot < 0 || (uint64_t)slot > SHM_MAX_RING_BYTES / (uint64_t)slots) {
+    WARN("shm: rank %d: %" PRId64 " slots of %" PRId64
+         " bytes is out of range "
+         "(WEFT_SHM_SLOT_BYTES, NCCL_BUFFSIZE)",
+         conn->rank, slots, slot);
+    return ncclInvalidUsage;
+  }
+  uint64_t bytes = ((uint64_t)slot + SHM_PAGE - 1) / SHM_PAGE * SHM_PAGE;
+  if (bytes == 0) bytes = SHM_PAGE;
+  *slot_out = bytes;
+  *ring_out = bytes * (uint64_t)slots;
+  return ncclSuccess;
+}
+
+static void shm_conn_adopt(struct shm_conn *st) {
+  st->ring_bytes = st->seg.hdr->ring_bytes;
+  st->slot_bytes = st->seg.hdr->slot_bytes;
+  st->pos = 0;
+  st->peer_pos = 0;
+}
+
+/* Liveness checks only mean something when the peer is another process of
+ * our pid namespace. */
+static void shm_conn_watch(struct shm_conn *st, int pid, uint64_t pidns) {
+  uint64_t ns = weft__shm_pidns();
+  st->peer_pid = pid;
+  st->peer_watch = pid > 0 && pid != (int)getpid() && ns != 0 && pidns == ns;
+}
+
+static ncclResult_t shm_setup(struct weft_conn *conn, void *handle_out) {
+  ncclResult_t res;
+  int saved_errno;
+  uint64_t slot_bytes, ring_bytes;
+  struct shm_conn *st = calloc(1, sizeof(*st));
+  if (st == NULL) {
+    WARN("shm: rank %d: out of memory for a connection with rank %d", conn->rank, conn->peer);
+    return ncclSystemError;
+  }
+  /* The sender's end is made in connect, from the receiver's handle. */
+  if (conn->dir == WEFT_CONN_SEND) {
+    conn->priv = st;
+    return ncclSuccess;
+  }
+  if (handle_out == NULL) {
+    WARN("shm: rank %d: receiver setup for rank %d without a handle buffer", conn->rank,
+         conn->peer);
+    free(st);
+    return ncclInternalError;
+  }
+  weft__shm_reclaim_stale();
+  WEFT_CHECK_GOTO(shm_sizes(conn, &slot_bytes, &ring_bytes), res, err_free);
+  WEFT_CHECK_GOTO(weft__shm_segment_create(conn, slot_bytes, ring_bytes, &st->seg), res, err_free);
+  shm_conn_adopt(st);
+  struct shm_handle h = {
+      .magic = WEFT_SHM_MAGIC, .version = WEFT_SHM_VERSION, .map_bytes = st->seg.map_bytes};
+  memcpy(h.name, st->seg.name, sizeof(h.name));
+  memset(handle_out, 0, WEFT_CONN_HANDLE_BYTES);
+  memcpy(handle_out, &h, sizeof(h));
+  conn->priv = st;
+  return ncclSuccess;
+
+err_free:
+  saved_errno = errno; /* ENOSPC tells the caller to fall back */
+  free(st);
+  errno = saved_errno;
+  return res;
+}
+
+static ncclResult_t shm_connect_send(struct weft_conn *conn, struct shm_conn *st,
+                                     const void *peer_handle) {
+  struct shm_handle h;
+  if (peer_handle == NULL) {
+    WARN("shm: rank %d: no handle from rank %d (channel %d)", conn->rank, conn->peer,
+         conn->channel);
+    return ncclInternalError;
+  }
+  memcpy(&h, peer_handle, sizeof(h));
+  if (h.magic != WEFT_SHM_MAGIC || h.version != WEFT_SHM_VERSION) {
+    WARN("shm: rank %d: handle from rank %d (channel %d) is not an shm handle (magic %#x)",
+         conn->rank, conn->peer, conn->channel, h.magic);
+    return ncclInternalError;
+  }
+  WEFT_CHECK(weft__shm_segment_open(conn, h.name, h.map_bytes, &st->seg));
+  struct weft_shm_header *hdr = st->seg.hdr;
+  hdr->send_pidns = weft__shm_pidns();
+  atomic_store_explicit(&hdr->send_pid, (int32_t)getpid(), memory_order_release);
+  /* Both ends are mapped now; the name has done its job. */
+  weft__shm_segment_unlink(&st->seg);
+  shm_conn_adopt(st);
+  shm_conn_watch(st, hdr->recv_pid, hdr->recv_pidns);
+  INFO(WEFT_SHM | WEFT_INIT, "shm: channel %d rank %d -> rank %d (pid %d) via %s", conn->channel,
+       conn->rank, conn->peer, st->peer_pid, st->seg.name);
+  return ncclSuccess;
+}
+
+/* Waits for the sender's "mapped" flag: spins briefly, yields, then sleeps
+ * in growing steps up to 1 ms, until the deadline or an abort. */
+static ncclResult_t shm_wait_mapped(struct weft_conn *conn, struct shm_conn *st,
+                                    int64_t deadline_ms) {
+  int64_t spins = weft_param_int(WEFT_PARAM_SPIN);
+  long sleep_ns = 1000;
+  for (int64_t i = 0;; i++) {
+    if (atomic_load_explicit(&st->seg.hdr->send_pid, memory_order_acquire) != 0) return ncclSuccess;
+    if (conn->abort_flag != NULL && atomic_load(conn->abort_flag) != 0) {
+      INFO(WEFT_SHM, "shm: rank %d: wait for rank %d (channel %d) aborted", conn->rank, conn->peer,
+           conn->channel);
+      return ncclInternalError;
+    }
+    if (i < spins) {
+      shm_cpu_relax();
+      continue;
+    }
+    if (weft__shm_now_ms() >= deadline_ms) {
+      WARN("shm: rank %d: rank %d (sender, channel %d) did not map %s before the deadline",
+           conn->rank, conn->peer, conn->channel, st->seg.name);
+      return ncclSystemError;
+    }
+    if (i < spins + 64) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, sleep_ns};
+      nanosleep(&ts, NULL);
+      if (sleep_ns < SHM_SLEEP_MAX_NS) sleep_ns *= 2;
+    }
+  }
+}
+
+static ncclResult_t shm_connect_recv(struct weft_conn *conn, struct shm_conn *st,
+                                     int64_t deadline_ms) {
+  if (deadline_ms <= 0)
+    deadline_ms = weft__shm_now_ms() + weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
+  WEFT_CHECK(shm_wait_mapped(conn, st, deadline_ms));
+  weft__shm_segment_unlink(&st->seg);
+  st->unlinked = 1;
+  struct weft_shm_header *hdr = st->seg.hdr;
+  shm_conn_watch(st, atomic_load_explicit(&hdr->send_pid, memory_order_acquire), hdr->send_pidns);
+  INFO(WEFT_SHM | WEFT_INIT,
+       "shm: channel %d rank %d <- rank %d (pid %d): %" PRIu64 " slots of %" PRIu64 " bytes",
+       conn->channel, conn->rank, conn->peer, st->peer_pid, st->ring_bytes / st->slot_bytes,
+       st->slot_bytes);
+  return ncclSuccess;
+}
+
+static ncclResult_t shm_connect(struct weft_conn *conn, const void *peer_handle,
+                                int64_t deadline_ms) {
+  struct shm_conn *st = conn->priv;
+  if (st == NULL && conn->dir == WEFT_CONN_SEND) {
+    st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+      WARN("shm: rank %d: out of memory for a connection with rank %d", conn->rank, conn->peer);
+      return ncclSystemError;
+    }
+    conn->priv = st;
+  }
+  if (st == NULL || (conn->dir == WEFT_CONN_SEND && st->seg.hdr != NULL)) {
+    WARN("shm: rank %d: connect to rank %d (channel %d) without setup, or twice", conn->rank,
+         conn->peer, conn->channel);
+    return ncclInternalError;
+  }
+  if (conn->dir == WEFT_CONN_SEND) return shm_connect_send(conn, st, peer_handle);
+  return shm_connect_recv(conn, st, deadline_ms);
+}
+
+/* Called when a send or recv moved nothing: reports a peer that closed its
+ * end or exited, once nothing more can come from it. `peer_counter` is the
+ * counter the peer writes; one it moved just before it went still counts. */
+static ncclResult_t shm_stalled(struct weft_conn *conn, struct shm_conn *st,
+                                _Atomic uint64_t *peer_counter) {
+  int peer_bit = conn->dir == WEFT_CONN_SEND ? WEFT_SHM_CLOSED_RECV : WEFT_SHM_CLOSED_SEND;
+  const char *why = NULL;
+  if (atomic_load_explicit(&st->seg.hdr->closed, memory_order_acquire) & peer_bit) {
+    why = "closed the connection";
+  } else if (st->peer_watch && (++st->idle % SHM_PEER_CHECK_POLLS) == 0) {
+    int64_t now = weft__shm_now_ms();
+    if (now >= st->next_check_ms) {
+      st->next_check_ms = now + SHM_PEER_CHECK_MS;
+      if (kill(st->peer_pid, 0) != 0 && errno == ESRCH) why = "exited";
+    }
+  }
+  if (why == NULL) return ncclSuccess;
+  if (conn->dir == WEFT_CONN_RECV &&
+      atomic_load_explicit(peer_counter, memory_order_acquire) != st->peer_pos)
+    return ncclSuccess;
+  WARN("shm: rank %d (pid %d) %s; rank %d cannot %s it on channel %d", conn->peer, st->peer_pid,
+       why, conn->rank, conn->dir == WEFT_CONN_SEND ? "send to" : "receive from", conn->channel);
+  return ncclRemoteError;
+}
+
+static ncclResult_t shm_send(struct weft_conn *conn, const void *buf, size_t bytes, size_t *done) {
+  struct shm_conn *st = conn->priv;
+  size_t moved = 0;
+  if (*done >= bytes) return ncclSuccess;
+  while (*done < bytes) {
+    uint64_t off = st->pos % st->ring_bytes;
+    uint64_t n = st->slot_bytes - off % st->slot_bytes;
+    if (n > bytes - *done) n = bytes - *done;
+    uint64_t space = st->ring_bytes - (st->pos - st->peer_pos);
+    if (space < n) {
+      st->peer_pos = atomic_load_explicit(&st->seg.hdr->head, memory_order_acquire);
+      space = st->ring_bytes - (st->pos - st->peer_pos);
+      if (space == 0) break;
+      if (n > space) n = space;
+    }
+    memcpy(st->seg.ring + off, (const char *)buf + *done, n);
+    st->pos += n;
+    atomic_store_explicit(&st->seg.hdr->tail, st->pos, memory_order_release);
+    *done += n;
+    moved += n;
+  }
+  if (moved > 0) {
+    st->idle = 0;
+    return ncclSuccess;
+  }
+  return shm_stalled(conn, st, &st->seg.hdr->head);
+}
+
+static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, size_t *done) {
+  struct shm_conn *st = conn->priv;
+  size_t moved = 0;
+  if (*done >= bytes) return ncclSuccess;
+  while (*done < bytes) {
+    uint64_t off = st->pos % st->ring_bytes;
+    uint64_t n = st->slot_bytes - off % st->slot_bytes;
+    if (n > bytes - *done) n = bytes - *done;
+    uint64_t avail = st->peer_pos - st->pos;
+    if (avail < n) {
+      st->peer_pos = atomic_load_explicit(&st->seg.hdr->tail, memory_order_acquire);
+      avail = st->peer_pos - st->pos;
+      if (avail == 0) break;
+      if (n > avail) n = avail;
+    }
+    memcpy((char *)buf + *done, st->seg.ring + off, n);
+    st->pos += n;
+    atomic_store_explicit(&st->seg.hdr->head, st->pos, memory_order_release);
+    *done += n;
+    moved += n;
+  }
+  if (moved > 0) {
+    st->idle = 0;
+    return ncclSuccess;
+  }
+  return shm_stalled(conn, st, &st->seg.hdr->tail);
+}
+
+static int shm_wait_fd(const struct weft_conn *conn) {
+  (void)conn;
+  return -1;
+}
+
+static ncclResult_t shm_close(struct weft_conn *conn) {
+  struct shm_conn *st = conn->priv;
+  if (st == NULL) return ncclSuccess;
+  if (st->seg.hdr != NULL) {
+    int bit = conn->dir == WEFT_CONN_SEND ? WEFT_SHM_CLOSED_SEND : WEFT_SHM_CLOSED_RECV;
+    atomic_fetch_or_explicit(&st->seg.hdr->closed, bit, memory_order_release);
+  }
+  /* Only the creator removes a name it may still hold: connect never
+   * completed, by error or abort. */
+  if (conn->dir == WEFT_CONN_RECV && !st->unlinked) weft__shm_segment_unlink(&st->seg);
+  weft__shm_segment_unmap(&st->seg);
+  free(st);
+  conn->priv = NULL;
+  return ncclSuccess;
+}
+
+const struct weft_transport_ops weft_shm_ops = {
+    .size = sizeof(struct weft_transport_ops),
+    .name = "shm",
+    .can_connect = shm_can_connect,
+    .setup = shm_setup,
+    .connect = shm_connect,
+    .send = shm_send,
+    .recv = shm_recv,
+    .wait_fd = shm_wait_fd,
+    .close = shm_close,
+};

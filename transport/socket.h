@@ -1,0 +1,63 @@
+/* TCP helpers shared by the bootstrap and the socket transport: addresses,
+ * interface choice (NCCL_SOCKET_IFNAME), listen/connect/accept and whole-
+ * buffer send/recv, every one bounded by a deadline. */
+#ifndef WEFT_TRANSPORT_SOCKET_H
+#define WEFT_TRANSPORT_SOCKET_H
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "nccl.h"
+
+union weft_sockaddr {
+  struct sockaddr sa;
+  struct sockaddr_in sin;
+  struct sockaddr_in6 sin6;
+};
+
+/* Milliseconds on a monotonic clock; deadlines are absolute values of it. */
+int64_t weft_time_ms(void);
+/* now + WEFT_TIMEOUT seconds. */
+int64_t weft_deadline_default(void);
+
+/* The address this host should advertise: the first interface that matches
+ * NCCL_SOCKET_IFNAME (prefix list, '^' to exclude, '=' for exact), else the
+ * first non-loopback up interface, else loopback. Port 0. */
+ncclResult_t weft_socket_local_addr(union weft_sockaddr *out);
+/* Parses "host:port", "[v6]:port" or "v4:port" (NCCL_COMM_ID). */
+ncclResult_t weft_socket_parse_addr(const char *text, union weft_sockaddr *out);
+/* "1.2.3.4:5678" into buf; returns buf. */
+const char *weft_sockaddr_str(const union weft_sockaddr *addr, char *buf, size_t size);
+
+/* Binds and listens on addr (port 0: any); addr_inout gets the bound port. */
+ncclResult_t weft_socket_listen(union weft_sockaddr *addr_inout, int *fd_out);
+/* Connects, retrying refused/unreachable until the deadline. */
+ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, int64_t deadline_ms,
+                                 int *fd_out);
+/* Accepts one connection before the deadline; ncclSystemError with a WARN
+ * when it passes. */
+ncclResult_t weft_socket_accept(int listen_fd, int64_t deadline_ms, int *fd_out);
+
+/* Sends/receives exactly size bytes before the deadline. `what` names the
+ * peer in the WARN ("rank 3"). A closed peer is ncclRemoteError. A deadline
+ * that passes is ncclSystemError with a WARN naming `what` and "timed out". */
+ncclResult_t weft_socket_send_all(int fd, const void *buf, size_t size, int64_t deadline_ms,
+                                  const char *what);
+ncclResult_t weft_socket_recv_all(int fd, void *buf, size_t size, int64_t deadline_ms,
+                                  const char *what);
+
+/* Non-blocking progress: moves what the socket takes now, adds it to *done.
+ * ncclRemoteError if the peer closed. */
+ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t size, size_t *done,
+                                   const char *what);
+ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t size, size_t *done,
+                                   const char *what);
+
+/* Sets O_NONBLOCK, TCP_NODELAY and CLOEXEC as the data path wants. */
+ncclResult_t weft_socket_set_data_opts(int fd);
+
+void weft_socket_close(int *fd);
+
+#endif
