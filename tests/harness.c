@@ -112,32 +112,78 @@ static void report(char *why, size_t why_len, const struct rank_slot *slots, int
     append(why, why_len, "every rank of %d (%d started) failed to report", nranks, nstart);
 }
 
+/* Reads the id the parent sends; 0 on success. */
+static int read_id(int fd, ncclUniqueId *id) {
+  size_t got = 0;
+  while (got < sizeof *id) {
+    ssize_t n = read(fd, (char *)id + got, sizeof *id - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+/* Ranks are forked before the parent calls ncclGetUniqueId, which starts
+ * threads: a child forked from a threaded process may inherit a lock some
+ * other thread held (the allocator's, the library's) and hang on it. The id
+ * then reaches each rank through a pipe. */
 static int run_procs(int nranks, int nstart, double deadline, harness_rank_fn fn, void *arg,
-                     ncclUniqueId id, struct rank_slot *slots) {
+                     int no_id, struct rank_slot *slots, char *why, size_t why_len) {
   pid_t parent = getpid();
+  int *pipes = calloc((size_t)nstart, sizeof *pipes);
+  if (pipes == NULL) return harness_fail(__FILE__, __LINE__, "out of memory");
   fflush(stdout);
   fflush(stderr);
   for (int r = 0; r < nstart; r++) {
-    pid_t pid = fork();
+    int fds[2];
+    pid_t pid = -1;
+    if (pipe(fds) == 0) {
+      pid = fork();
+      if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+      }
+    }
     if (pid < 0) {
-      harness_fail(__FILE__, __LINE__, "fork of rank %d: %s", r, strerror(errno));
-      for (int k = 0; k < r; k++) kill(slots[k].pid, SIGKILL);
-      deadline = 0; /* reap them below at once */
+      harness_fail(__FILE__, __LINE__, "pipe or fork for rank %d: %s", r, strerror(errno));
+      nstart = r; /* the ones started read EOF below and exit */
+      deadline = 0;
       break;
     }
     if (pid == 0) {
       /* A rank must never outlive the test that started it. */
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(99);
+      for (int k = 0; k < r; k++) close(pipes[k]);
+      close(fds[1]);
+      ncclUniqueId id;
+      if (read_id(fds[0], &id) != 0) _exit(98); /* the parent gave up */
+      close(fds[0]);
       cur_rank = r;
       int rc = fn(r, nranks, id, arg);
       fflush(stdout);
       fflush(stderr);
       _exit(rc == 0 ? 0 : 1);
     }
+    close(fds[0]);
+    pipes[r] = fds[1];
     slots[r].pid = pid;
     slots[r].state = RANK_RUNNING;
   }
+
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  ncclResult_t res = no_id || nstart == 0 ? ncclSuccess : ncclGetUniqueId(&id);
+  if (res != ncclSuccess)
+    append(why, why_len, "ncclGetUniqueId -> %d (%s): %s; ", (int)res, ncclGetErrorString(res),
+           ncclGetLastError(NULL));
+  for (int r = 0; r < nstart; r++) {
+    if (res == ncclSuccess && write(pipes[r], &id, sizeof id) != (ssize_t)sizeof id)
+      harness_fail(__FILE__, __LINE__, "sending the id to rank %d: %s", r, strerror(errno));
+    close(pipes[r]);
+  }
+  free(pipes);
 
   int running = 0;
   for (int r = 0; r < nstart; r++) running += slots[r].state == RANK_RUNNING;
@@ -166,7 +212,7 @@ static int run_procs(int nranks, int nstart, double deadline, harness_rank_fn fn
     }
     if (running > 0) harness_sleep_ms(5);
   }
-  return 0;
+  return res != ncclSuccess;
 }
 
 struct thread_ctx {
@@ -301,21 +347,22 @@ int harness_run(const struct harness_opts *opts, harness_rank_fn fn, void *arg, 
   for (int r = 0; r < nranks; r++) slots[r].state = RANK_NOT_STARTED;
 
   int failed = 0;
-  ncclUniqueId id;
-  memset(&id, 0, sizeof id);
-  ncclResult_t res = opts->no_id ? ncclSuccess : ncclGetUniqueId(&id);
-  if (res != ncclSuccess) {
-    append(why, why_len, "ncclGetUniqueId -> %d (%s): %s", (int)res, ncclGetErrorString(res),
-           ncclGetLastError(NULL));
-    failed = 1;
-  } else {
-    if (opts->mode == HARNESS_THREADS)
+  if (opts->mode == HARNESS_THREADS) {
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t res = opts->no_id ? ncclSuccess : ncclGetUniqueId(&id);
+    if (res != ncclSuccess) {
+      append(why, why_len, "ncclGetUniqueId -> %d (%s): %s", (int)res, ncclGetErrorString(res),
+             ncclGetLastError(NULL));
+      failed = 1;
+    } else {
       run_threads(nranks, nstart, deadline, fn, arg, id, slots);
-    else
-      run_procs(nranks, nstart, deadline, fn, arg, id, slots);
-    for (int r = 0; r < nstart; r++) failed |= slots[r].state != RANK_OK;
-    if (failed) report(why, why_len, slots, nranks, nstart);
+    }
+  } else {
+    failed = run_procs(nranks, nstart, deadline, fn, arg, opts->no_id, slots, why, why_len);
   }
+  for (int r = 0; r < nstart; r++) failed |= slots[r].state != RANK_OK;
+  if (failed) report(why, why_len, slots, nranks, nstart);
   free(slots);
   munmap(msg_area, area_len);
   msg_area = NULL;

@@ -1,6 +1,8 @@
 /* The multi-rank test harness: runs one callback as every rank of a
  * communicator, either as N forked processes or as N threads of this
- * process, on one unique id made here (the parent) before the ranks start.
+ * process, on one unique id made here, by the parent (for processes: after
+ * they are forked, since ncclGetUniqueId starts threads, and handed over
+ * through a pipe; so set the environment before calling the harness).
  *
  * Nothing here may hang a test: every run has a deadline, after which the
  * ranks still running are killed (processes) or abandoned (threads; the

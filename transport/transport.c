@@ -115,7 +115,10 @@ ncclResult_t weft_conn_sendrecv(struct weft_conn *send, const void *sbuf, size_t
     }
     const struct weft_conn *c = xfer_pending(&r) ? recv : send;
     char what[192];
-    if (++idle <= spin && (idle & 63) != 0) continue;
+    if (++idle <= spin && (idle & 63) != 0) {
+      if (idle > 16) sched_yield();
+      continue;
+    }
     if (conn_aborted(c)) {
       describe_pending(&s, &r, what, sizeof(what));
       INFO(WEFT_NET, "rank %d: communicator aborted (%s)", c->rank, what);

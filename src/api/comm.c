@@ -5,6 +5,7 @@
 
 #include "api/alias.h"
 #include "api/config.h"
+#include "api/group.h"
 #include "core/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
@@ -43,7 +44,15 @@ static ncclResult_t init_rank(const char *caller, ncclComm_t *comm, int nranks,
   ncclConfig_t cfg;
   WEFT_CHECK(weft_config_normalize(caller, config, &cfg));
   *comm = NULL;
-  return weft_comm_create(&commId, nranks, rank, &cfg, comm);
+  /* Inside a group, creating a rank waits for the others, so it is started
+   * now and finished at ncclGroupEnd: one thread can create every rank. */
+  int in_group = weft_group_depth() > 0;
+  ncclResult_t res = weft_comm_create(&commId, nranks, rank, &cfg, in_group || !cfg.blocking, comm);
+  if (in_group && res == ncclInProgress) {
+    WEFT_CHECK(weft_group_add_init(*comm));
+    return cfg.blocking ? ncclSuccess : ncclInProgress;
+  }
+  return res;
 }
 
 WEFT_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
@@ -73,7 +82,7 @@ static void *init_all_main(void *arg) {
   ncclConfig_t cfg;
   job->res = weft_config_normalize("ncclCommInitAll", NULL, &cfg);
   if (job->res == ncclSuccess)
-    job->res = weft_comm_create(&job->id, job->nranks, job->rank, &cfg, job->slot);
+    job->res = weft_comm_create(&job->id, job->nranks, job->rank, &cfg, 0, job->slot);
   return NULL;
 }
 

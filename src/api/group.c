@@ -20,6 +20,37 @@ static _Thread_local int group_depth;
 static _Thread_local struct group_task *tasks;
 static _Thread_local size_t ntasks;
 static _Thread_local size_t cap_tasks;
+/* Communicators created inside the group, finished at ncclGroupEnd. */
+static _Thread_local struct ncclComm **inits;
+static _Thread_local size_t ninits;
+
+int weft_group_depth(void) { return group_depth; }
+
+ncclResult_t weft_group_add_init(struct ncclComm *comm) {
+  struct ncclComm **grown = realloc(inits, (ninits + 1) * sizeof(*grown));
+  if (grown == NULL) {
+    WARN("rank %d: out of memory for the group's communicator list", comm->rank);
+    return ncclSystemError;
+  }
+  inits = grown;
+  inits[ninits++] = comm;
+  return ncclSuccess;
+}
+
+/* Waits for the blocking inits of the group; non-blocking ones go on and
+ * report through ncclCommGetAsyncError. */
+static ncclResult_t finish_inits(void) {
+  ncclResult_t res = ncclSuccess;
+  for (size_t i = 0; i < ninits; i++) {
+    if (!inits[i]->config.blocking) continue;
+    ncclResult_t r = weft_comm_init_wait(inits[i]);
+    if (r != ncclSuccess && res == ncclSuccess) res = r;
+  }
+  free(inits);
+  inits = NULL;
+  ninits = 0;
+  return res;
+}
 
 static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll) {
   if (ntasks == cap_tasks) {
@@ -51,7 +82,10 @@ static ncclResult_t launch_tasks(void) {
     ncclResult_t r = weft_host_engine_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
-  ntasks = 0;
+  /* Freed, not kept, so a thread that ends leaves nothing behind. */
+  free(tasks);
+  tasks = NULL;
+  ntasks = cap_tasks = 0;
   return res;
 }
 
@@ -73,6 +107,8 @@ WEFT_API ncclResult_t ncclGroupEnd(void) {
     return ncclInvalidUsage;
   }
   if (--group_depth > 0) return ncclSuccess;
-  return launch_tasks();
+  ncclResult_t res = finish_inits();
+  ncclResult_t r = launch_tasks();
+  return res != ncclSuccess ? res : r;
 }
 WEFT_ALIAS(ncclGroupEnd)

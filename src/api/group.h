@@ -11,4 +11,10 @@ struct ncclComm;
  * returns when it has finished. */
 ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll);
 
+/* Nesting depth of ncclGroupStart in the calling thread. */
+int weft_group_depth(void);
+/* A communicator created inside the group; ncclGroupEnd waits for its init
+ * when its config is blocking. */
+ncclResult_t weft_group_add_init(struct ncclComm *comm);
+
 #endif

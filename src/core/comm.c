@@ -125,7 +125,7 @@ static void print_version_once(void) {
 }
 
 ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
-                              const ncclConfig_t *config, struct ncclComm **out) {
+                              const ncclConfig_t *config, int async, struct ncclComm **out) {
   print_version_once();
   struct ncclComm *comm = calloc(1, sizeof(*comm));
   if (comm == NULL) {
@@ -141,7 +141,7 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
   atomic_init(&comm->async_error, ncclInProgress);
   atomic_init(&comm->abort_flag, 0);
-  if (config->blocking) {
+  if (!async) {
     ncclResult_t res = comm_init_body(comm, id);
     if (res != ncclSuccess) {
       weft_comm_free(comm, 1);
@@ -169,6 +169,14 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->init_thread_live = 1;
   *out = comm;
   return ncclInProgress;
+}
+
+ncclResult_t weft_comm_init_wait(struct ncclComm *comm) {
+  if (comm->init_thread_live) {
+    pthread_join(comm->init_thread, NULL);
+    comm->init_thread_live = 0;
+  }
+  return (ncclResult_t)atomic_load(&comm->async_error);
 }
 
 ncclResult_t weft_comm_finalize(struct ncclComm *comm) {
