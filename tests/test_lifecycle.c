@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "nccl.h"
@@ -81,6 +82,20 @@ static void settle(int fds0, int thr0, int *fds, int *thr) {
   } while (harness_now() < until);
 }
 
+/* The counts once they hold still for 50 ms (bounded): the baseline. */
+static void baseline(int *fds, int *thr) {
+  double until = harness_now() + 2;
+  *fds = count_fds();
+  *thr = count_threads();
+  while (harness_now() < until) {
+    harness_sleep_ms(50);
+    int f = count_fds(), t = count_threads();
+    if (f == *fds && t == *thr) return;
+    *fds = f;
+    *thr = t;
+  }
+}
+
 static void cycles(enum ending how) {
   char why[4096];
   /* The first communicator may set up what lives as long as the process
@@ -88,7 +103,7 @@ static void cycles(enum ending how) {
   int rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
   ck_assert_msg(rc == 0, "warm-up: %s", why);
   int fds0 = -1, thr0 = -1;
-  settle(-2, -2, &fds0, &thr0);
+  baseline(&fds0, &thr0);
   size_t mem0 = heap_in_use();
   for (int i = 0; i < CYCLES; i++) {
     rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
@@ -134,7 +149,7 @@ START_TEST(test_init_all_cycles) {
   ck_assert_int_eq(ncclCommInitAll(comms, 3, NULL), ncclSuccess);
   for (int i = 0; i < 3; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
   int fds0, thr0;
-  settle(-2, -2, &fds0, &thr0);
+  baseline(&fds0, &thr0);
   for (int k = 0; k < 20; k++) {
     ck_assert_int_eq(ncclCommInitAll(comms, 3, NULL), ncclSuccess);
     float buf[3][4];
@@ -245,6 +260,40 @@ START_TEST(test_missing_rank) {
 }
 END_TEST
 
+/* Rank 2 dies after one good all-reduce. The others' next all-reduce must
+ * fail, not hang; so must every later call on that communicator; and abort
+ * must still free it. */
+static int peer_dies_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (allreduce_check(comm, rank, nranks)) return 1;
+  if (rank == 2) _exit(0);
+  float buf[1024] = {0};
+  ncclResult_t res = ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, comm, NULL);
+  ncclResult_t async = ncclSuccess;
+  if (res == ncclSuccess || res == ncclInProgress) {
+    HNCCL(ncclCommGetAsyncError(comm, &async));
+  }
+  HCHECK((res != ncclSuccess && res != ncclInProgress) || async != ncclSuccess,
+         "all-reduce with rank 2 dead returned %d (%s), async error %d", (int)res,
+         ncclGetErrorString(res), (int)async);
+  const char *msg = ncclGetLastError(comm);
+  HCHECK(msg != NULL && msg[0] != '\0', "no last error after the failed all-reduce");
+  res = ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, NULL);
+  HCHECK(res != ncclSuccess, "an all-reduce after the failure succeeded");
+  HNCCL(ncclCommAbort(comm));
+  return 0;
+}
+
+START_TEST(test_peer_dies) {
+  setenv("WEFT_TIMEOUT", "3", 1);
+  char why[4096];
+  int rc = harness_procs(3, 40, peer_dies_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 int main(void) {
   harness_env_defaults();
   Suite *s = suite_create("lifecycle");
@@ -261,6 +310,7 @@ int main(void) {
   tcase_add_test(tc, test_finalize_destroy);
   tcase_add_test(tc, test_nonblocking_init);
   tcase_add_test(tc, test_missing_rank);
+  tcase_add_test(tc, test_peer_dies);
   suite_add_tcase(s, tc);
 
   SRunner *sr = srunner_create(s);

@@ -1,7 +1,8 @@
 /* Unit tests of src/exec/reduce.c: every datatype x op against references
  * computed in double with an independent rounding routine, the narrow
  * formats' rounding, NaN/inf/subnormal/signed-zero rules, aliasing, and
- * ncclAvg's divide. Needs only reduce.c. */
+ * ncclAvg's divide, with the CPU's best loops and the portable ones. Needs
+ * reduce.c, param.c and debug.c. */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -12,9 +13,9 @@
 
 /* Check's asserts talk to the runner on every call; loops over millions of
  * elements call it only on failure. */
-#define EXPECT(cond, ...)                                                           \
-  do {                                                                              \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                         \
+#define EXPECT(cond, ...)                   \
+  do {                                      \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
   } while (0)
 
 /* ---- Independent decoders and rounding ------------------------------------- */
@@ -24,10 +25,10 @@ enum fmt { FMT_F16, FMT_BF16, FMT_E4M3, FMT_E5M2 };
 struct fmt_info {
   ncclDataType_t dt;
   int bytes;
-  int mbits;        /* explicit mantissa bits */
-  int emin;         /* exponent of the smallest normal */
+  int mbits; /* explicit mantissa bits */
+  int emin;  /* exponent of the smallest normal */
   double maxfinite;
-  int satfinite;    /* overflow gives maxfinite (fp8) instead of inf */
+  int satfinite; /* overflow gives maxfinite (fp8) instead of inf */
 };
 
 static const struct fmt_info fmts[] = {
@@ -41,26 +42,34 @@ static double decode(enum fmt f, unsigned x) {
   int neg, e, m;
   double v;
   switch (f) {
-  case FMT_F16:
-    neg = x >> 15, e = (x >> 10) & 31, m = x & 1023;
-    if (e == 31) v = m ? NAN : INFINITY;
-    else v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
-    break;
-  case FMT_BF16:
-    neg = x >> 15, e = (x >> 7) & 255, m = x & 127;
-    if (e == 255) v = m ? NAN : INFINITY;
-    else v = e ? ldexp(128 + m, e - 134) : ldexp(m, -133);
-    break;
-  case FMT_E4M3:
-    neg = x >> 7, e = (x >> 3) & 15, m = x & 7;
-    if ((x & 0x7f) == 0x7f) v = NAN;
-    else v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
-    break;
-  default:
-    neg = x >> 7, e = (x >> 2) & 31, m = x & 3;
-    if (e == 31) v = m ? NAN : INFINITY;
-    else v = e ? ldexp(4 + m, e - 17) : ldexp(m, -16);
-    break;
+    case FMT_F16:
+      neg = x >> 15, e = (x >> 10) & 31, m = x & 1023;
+      if (e == 31)
+        v = m ? NAN : INFINITY;
+      else
+        v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+      break;
+    case FMT_BF16:
+      neg = x >> 15, e = (x >> 7) & 255, m = x & 127;
+      if (e == 255)
+        v = m ? NAN : INFINITY;
+      else
+        v = e ? ldexp(128 + m, e - 134) : ldexp(m, -133);
+      break;
+    case FMT_E4M3:
+      neg = x >> 7, e = (x >> 3) & 15, m = x & 7;
+      if ((x & 0x7f) == 0x7f)
+        v = NAN;
+      else
+        v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
+      break;
+    default:
+      neg = x >> 7, e = (x >> 2) & 31, m = x & 3;
+      if (e == 31)
+        v = m ? NAN : INFINITY;
+      else
+        v = e ? ldexp(4 + m, e - 17) : ldexp(m, -16);
+      break;
   }
   return neg ? -v : v;
 }
@@ -112,10 +121,10 @@ static void store_code(void *p, int bytes, size_t i, unsigned v) {
 
 static double ref_op(double a, double b, ncclRedOp_t op) {
   switch (op) {
-  case ncclProd: return a * b;
-  case ncclMax: return ref_minmax(a, b, 1);
-  case ncclMin: return ref_minmax(a, b, 0);
-  default: return a + b;
+    case ncclProd: return a * b;
+    case ncclMax: return ref_minmax(a, b, 1);
+    case ncclMin: return ref_minmax(a, b, 0);
+    default: return a + b;
   }
 }
 
@@ -135,8 +144,8 @@ static void check_narrow_pairs(enum fmt f, ncclRedOp_t op, const unsigned *codes
       double want = ref_round(f, ref_op(x, y, op));
       double got = decode(f, load_code(d, fi->bytes, i));
       EXPECT(same_value(got, want), "%s %s: 0x%x op 0x%x = 0x%x (%g), want %g",
-                    weft_dtype_name(fi->dt), weft_op_name(op), codes_a[i], codes_b[j],
-                    load_code(d, fi->bytes, i), got, want);
+             weft_dtype_name(fi->dt), weft_op_name(op), codes_a[i], codes_b[j],
+             load_code(d, fi->bytes, i), got, want);
     }
   }
   free(a);
@@ -238,7 +247,9 @@ START_TEST(nan_survives_sum) {
   static const struct {
     ncclDataType_t dt;
     unsigned nan;
-  } cases[] = {{ncclFloat16, 0x7e00}, {ncclBfloat16, 0x7fc0}, {ncclFloat8e4m3, 0x7f},
+  } cases[] = {{ncclFloat16, 0x7e00},
+               {ncclBfloat16, 0x7fc0},
+               {ncclFloat8e4m3, 0x7f},
                {ncclFloat8e5m2, 0x7e}};
   for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
     int bytes = (int)weft_dtype_size(cases[k].dt);
@@ -247,8 +258,7 @@ START_TEST(nan_survives_sum) {
     for (unsigned x = 0; x < limit; x++)
       for (int op = 0; op < 5; op += (op == 1 ? 3 : 1)) { /* sum, prod, avg */
         unsigned r = op1(cases[k].dt, (ncclRedOp_t)op, cases[k].nan, x);
-        EXPECT(isnan(decode(f, r)), "%s NaN + 0x%x gave 0x%x", weft_dtype_name(cases[k].dt),
-                      x, r);
+        EXPECT(isnan(decode(f, r)), "%s NaN + 0x%x gave 0x%x", weft_dtype_name(cases[k].dt), x, r);
       }
   }
   float fa[3] = {NAN, 1.0f, INFINITY}, fb[3] = {2.0f, NAN, -INFINITY}, fd[3];
@@ -279,12 +289,12 @@ START_TEST(float_double_ops) {
     weft_reduce_host(d, a, b, N, ncclFloat32, (ncclRedOp_t)op);
     weft_reduce_host(dd, da, db, N, ncclFloat64, (ncclRedOp_t)op);
     for (int i = 0; i < N; i++) {
-      double want = op == ncclProd ? (double)(a[i] * b[i])
+      double want = op == ncclProd  ? (double)(a[i] * b[i])
                     : op == ncclMax ? ref_minmax(a[i], b[i], 1)
                     : op == ncclMin ? ref_minmax(a[i], b[i], 0)
                                     : (double)(a[i] + b[i]);
       EXPECT(same_value(d[i], want), "float op %d at %d: %g, want %g", op, i, d[i], want);
-      double dwant = op == ncclProd ? da[i] * db[i]
+      double dwant = op == ncclProd  ? da[i] * db[i]
                      : op == ncclMax ? ref_minmax(da[i], db[i], 1)
                      : op == ncclMin ? ref_minmax(da[i], db[i], 0)
                                      : da[i] + db[i];
@@ -305,7 +315,7 @@ START_TEST(integer_ops) {
   static const struct {
     ncclDataType_t dt;
     int is_signed;
-  } types[] = {{ncclInt8, 1},  {ncclUint8, 0}, {ncclInt32, 1},
+  } types[] = {{ncclInt8, 1},   {ncclUint8, 0}, {ncclInt32, 1},
                {ncclUint32, 0}, {ncclInt64, 1}, {ncclUint64, 0}};
   enum { N = 1000 };
   static uint8_t a[N * 8], b[N * 8], d[N * 8];
@@ -325,13 +335,13 @@ START_TEST(integer_ops) {
         uint64_t want;
         int less = types[t].is_signed ? sext(x, bytes) < sext(y, bytes) : x < y;
         switch (op) {
-        case ncclSum: want = (x + y) & mask; break;
-        case ncclProd: want = (x * y) & mask; break;
-        case ncclMax: want = less ? y : x; break;
-        default: want = less ? x : y; break;
+          case ncclSum: want = (x + y) & mask; break;
+          case ncclProd: want = (x * y) & mask; break;
+          case ncclMax: want = less ? y : x; break;
+          default: want = less ? x : y; break;
         }
         EXPECT(z == want, "%s %s at %d", weft_dtype_name(types[t].dt),
-                      weft_op_name((ncclRedOp_t)op), i);
+               weft_op_name((ncclRedOp_t)op), i);
       }
     }
   }
@@ -408,16 +418,23 @@ END_TEST
 
 START_TEST(names_and_sizes) {
   static const size_t sizes[ncclNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  for (int dt = 0; dt < ncclNumTypes; dt++) ck_assert_uint_eq(weft_dtype_size((ncclDataType_t)dt), sizes[dt]);
+  for (int dt = 0; dt < ncclNumTypes; dt++)
+    ck_assert_uint_eq(weft_dtype_size((ncclDataType_t)dt), sizes[dt]);
   ck_assert_uint_eq(weft_dtype_size((ncclDataType_t)ncclNumTypes), 0);
   ck_assert_str_eq(weft_dtype_name(ncclFloat8e4m3), "ncclFloat8e4m3");
   ck_assert_str_eq(weft_op_name(ncclAvg), "ncclAvg");
 }
 END_TEST
 
-static Suite *reduce_suite(void) {
-  Suite *s = suite_create("reduce");
-  TCase *tc = tcase_create("core");
+/* The portable loops, where the CPU would otherwise get AVX2/F16C ones.
+ * weft reads WEFT_REDUCE_SIMD once per process, so this relies on Check
+ * running each test in a fresh child (its default; CK_FORK=no runs the
+ * default loops twice). */
+static void portable_setup(void) {
+  setenv("WEFT_REDUCE_SIMD", "0", 1);
+}
+
+static void add_tests(TCase *tc) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, names_and_sizes);
   tcase_add_test(tc, known_values);
@@ -428,7 +445,17 @@ static Suite *reduce_suite(void) {
   tcase_add_test(tc, integer_ops);
   tcase_add_test(tc, aliasing_and_lengths);
   tcase_add_test(tc, avg_divide);
+}
+
+static Suite *reduce_suite(void) {
+  Suite *s = suite_create("reduce");
+  TCase *tc = tcase_create("best");
+  add_tests(tc);
   suite_add_tcase(s, tc);
+  TCase *portable = tcase_create("portable");
+  tcase_add_checked_fixture(portable, portable_setup, NULL);
+  add_tests(portable);
+  suite_add_tcase(s, portable);
   return s;
 }
 

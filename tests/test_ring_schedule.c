@@ -14,9 +14,9 @@
 
 /* Check's asserts talk to the runner on every call; the simulator's loops
  * call it only on failure. */
-#define EXPECT(cond, ...)                                                           \
-  do {                                                                              \
-    if (!(cond)) ck_abort_msg(__VA_ARGS__);                                         \
+#define EXPECT(cond, ...)                   \
+  do {                                      \
+    if (!(cond)) ck_abort_msg(__VA_ARGS__); \
   } while (0)
 
 /* Added by POSTOP; the result must carry it exactly once. */
@@ -77,14 +77,18 @@ static struct msg *link_pop(struct link *l) {
 
 static void sim_postop(struct sim *s, uint32_t *out, size_t off, size_t count, int p) {
   for (size_t i = 0; i < count; i++) {
-    EXPECT(out[off + i] == s->expect[off + i], "rank %d: POSTOP on element %zu before the "
-           "reduction completed (%u, want %u)", p, off + i, out[off + i], s->expect[off + i]);
+    EXPECT(out[off + i] == s->expect[off + i],
+           "rank %d: POSTOP on element %zu before the "
+           "reduction completed (%u, want %u)",
+           p, off + i, out[off + i], s->expect[off + i]);
     out[off + i] += POSTOP_MARK;
     s->postops[off + i]++;
   }
 }
 
-static int ranges_overlap(size_t a, size_t b, size_t n) { return a < b + n && b < a + n; }
+static int ranges_overlap(size_t a, size_t b, size_t n) {
+  return a < b + n && b < a + n;
+}
 
 /* Receives and applies step st of rank p if its data has arrived. */
 static int sim_recv(struct sim *s, int p, const struct weft_step *st) {
@@ -160,8 +164,8 @@ static void sim_run(int n, size_t count, size_t chunk, int in_place) {
       s.expect[i] += r->in[i];
       if (!in_place) r->out[i] = 0xdeadbeefu; /* poison */
     }
-    ncclResult_t res = weft_ring_schedule_allreduce(p, n, (p - 1 + n) % n, (p + 1) % n, count,
-                                                    chunk, &r->sched);
+    ncclResult_t res =
+        weft_ring_schedule_allreduce(p, n, (p - 1 + n) % n, (p + 1) % n, count, chunk, &r->sched);
     ck_assert_int_eq(res, ncclSuccess);
     if (count == 0) ck_assert_uint_eq(r->sched.nsteps, 0);
   }

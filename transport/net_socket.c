@@ -36,8 +36,8 @@ struct net_socket_hello {
   uint64_t magic;
   uint64_t nonce;
   uint64_t comm_hash;
-  int32_t rank;    /* the sender */
-  int32_t peer;    /* the receiver it means to reach */
+  int32_t rank; /* the sender */
+  int32_t peer; /* the receiver it means to reach */
   int32_t channel;
   int32_t pad;
 };
@@ -110,9 +110,12 @@ static ncclResult_t net_socket_connect_send(struct weft_conn *conn, struct net_s
          conn->peer);
     return ncclInternalError;
   }
-  struct net_socket_hello hello = {.magic = NET_SOCKET_MAGIC, .nonce = h.nonce,
-                                   .comm_hash = conn->comm_hash, .rank = conn->rank,
-                                   .peer = conn->peer, .channel = conn->channel};
+  struct net_socket_hello hello = {.magic = NET_SOCKET_MAGIC,
+                                   .nonce = h.nonce,
+                                   .comm_hash = conn->comm_hash,
+                                   .rank = conn->rank,
+                                   .peer = conn->peer,
+                                   .channel = conn->channel};
   WEFT_CHECK(weft_socket_connect(&h.addr, deadline_ms, &p->fd));
   WEFT_CHECK(weft_socket_send_all(p->fd, &hello, sizeof(hello), deadline_ms, p->what));
   return weft_socket_set_data_opts(p->fd);
@@ -148,8 +151,7 @@ static ncclResult_t net_socket_wait_client(struct weft_conn *conn, struct net_so
     int n = poll(&pf, 1, left < ABORT_POLL_MS ? (int)left : ABORT_POLL_MS);
     if (n > 0) return ncclSuccess;
     if (n < 0 && errno != EINTR) {
-      WARN("rank %d: poll waiting for rank %d failed: %s", conn->rank, conn->peer,
-           strerror(errno));
+      WARN("rank %d: poll waiting for rank %d failed: %s", conn->rank, conn->peer, strerror(errno));
       return ncclSystemError;
     }
   }
@@ -194,8 +196,7 @@ static ncclResult_t net_socket_send(struct weft_conn *conn, const void *buf, siz
   return weft_socket_send_some(p->fd, buf, bytes, done, p->what);
 }
 
-static ncclResult_t net_socket_recv(struct weft_conn *conn, void *buf, size_t bytes,
-                                    size_t *done) {
+static ncclResult_t net_socket_recv(struct weft_conn *conn, void *buf, size_t bytes, size_t *done) {
   struct net_socket_conn *p = conn->priv;
   return weft_socket_recv_some(p->fd, buf, bytes, done, p->what);
 }

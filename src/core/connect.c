@@ -22,8 +22,12 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, enum weft_conn_dir dir, in
     WARN("rank %d: out of memory for the ring connection with rank %d", comm->rank, peer);
     return ncclSystemError;
   }
-  *c = (struct weft_conn){.ops = &weft_net_socket_ops, .dir = dir, .rank = comm->rank,
-                          .peer = peer, .channel = 0, .comm_hash = comm->comm_hash,
+  *c = (struct weft_conn){.ops = &weft_net_socket_ops,
+                          .dir = dir,
+                          .rank = comm->rank,
+                          .peer = peer,
+                          .channel = 0,
+                          .comm_hash = comm->comm_hash,
                           .abort_flag = &comm->abort_flag};
   *out = c;
   return ncclSuccess;
@@ -46,10 +50,11 @@ ncclResult_t weft_comm_connect_ring(struct ncclComm *comm) {
   WEFT_CHECK_GOTO(conn_alloc(comm, WEFT_CONN_SEND, comm->ring_next, &send), res, err);
   WEFT_CHECK_GOTO(recv->ops->setup(recv, handle), res, err);
   WEFT_CHECK_GOTO(send->ops->setup(send, peer_handle), res, err);
-  WEFT_CHECK_GOTO(weft_bootstrap_send(comm->bootstrap, comm->ring_prev, tag, handle,
-                                      sizeof(handle)), res, err);
-  WEFT_CHECK_GOTO(weft_bootstrap_recv(comm->bootstrap, comm->ring_next, tag, peer_handle,
-                                      sizeof(peer_handle)), res, err);
+  WEFT_CHECK_GOTO(
+      weft_bootstrap_send(comm->bootstrap, comm->ring_prev, tag, handle, sizeof(handle)), res, err);
+  WEFT_CHECK_GOTO(
+      weft_bootstrap_recv(comm->bootstrap, comm->ring_next, tag, peer_handle, sizeof(peer_handle)),
+      res, err);
   int64_t deadline = weft_deadline_default();
   WEFT_CHECK_GOTO(send->ops->connect(send, peer_handle, deadline), res, err);
   WEFT_CHECK_GOTO(recv->ops->connect(recv, NULL, deadline), res, err);

@@ -16,7 +16,8 @@
   X(SHM_DISABLE, "NCCL_SHM_DISABLE", 0, "1: no shared memory between ranks")        \
   X(SHM_SLOTS, "WEFT_SHM_SLOTS", 8, "slots per shared-memory connection")           \
   X(SHM_SLOT_BYTES, "WEFT_SHM_SLOT_BYTES", 0, "shm slot bytes (0: BUFFSIZE/slots)") \
-  X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")
+  X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")        \
+  X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)")
 
 /* X(id, env name, default, help) for string parameters (NULL: unset). */
 #define WEFT_STR_PARAMS(X)                                                          \

@@ -51,7 +51,7 @@ struct weft_host_engine {
 
   /* The worker's own. */
   void *tmp;
-  uint64_t seq; /* collectives run, for messages */
+  uint64_t seq;               /* collectives run, for messages */
   struct weft_schedule sched; /* the last schedule, reused for equal calls */
   size_t sched_count, sched_chunk;
   int sched_valid;
@@ -94,10 +94,9 @@ static ncclResult_t host_step_reduce(struct weft_host_engine *h, const struct ho
   const char *local = (st->local_buf == WEFT_BUF_IN ? c->in : c->out) + st->recv_off * c->esize;
   for (size_t off = 0; off < bytes; off += HOST_PIECE_BYTES) {
     size_t n = bytes - off < HOST_PIECE_BYTES ? bytes - off : HOST_PIECE_BYTES;
-    WEFT_CHECK(weft_conn_sendrecv(send, sbuf ? sbuf + off : NULL, n, c->comm->ring_recv, h->tmp,
-                                  n, weft_deadline_default()));
-    weft_reduce_host(dst + off, local + off, h->tmp, n / c->esize, c->coll->datatype,
-                     c->coll->op);
+    WEFT_CHECK(weft_conn_sendrecv(send, sbuf ? sbuf + off : NULL, n, c->comm->ring_recv, h->tmp, n,
+                                  weft_deadline_default()));
+    weft_reduce_host(dst + off, local + off, h->tmp, n / c->esize, c->coll->datatype, c->coll->op);
     host_postop(c, st, dst + off, n / c->esize);
   }
   return ncclSuccess;

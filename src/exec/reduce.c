@@ -27,8 +27,11 @@
  * so they stay exact when a caller has set flush-to-zero/denormals-are-zero. */
 #include "exec/reduce.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "core/param.h"
 
 /* ---- Bit casts ---------------------------------------------------------- */
 
@@ -61,9 +64,13 @@ static inline double f64_from(uint64_t u) {
 /* Chooses x where mask is all ones, y where it is zero: a select the
  * compiler keeps branch-free, so float work is never made conditional (that
  * would stop vectorization under -ftrapping-math). */
-static inline uint32_t sel32(uint32_t mask, uint32_t x, uint32_t y) { return (x & mask) | (y & ~mask); }
+static inline uint32_t sel32(uint32_t mask, uint32_t x, uint32_t y) {
+  return (x & mask) | (y & ~mask);
+}
 
-static inline uint32_t mask32(int cond) { return (uint32_t)0 - (uint32_t)(cond != 0); }
+static inline uint32_t mask32(int cond) {
+  return (uint32_t)0 - (uint32_t)(cond != 0);
+}
 
 static inline float half_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -76,20 +83,24 @@ static inline float half_to_float(uint16_t h) {
   return f32_from(sel32(mask32(em < 0x400u), f32_bits(sub), bits) | sign);
 }
 
-static inline float bf16_to_float(uint16_t b) { return f32_from((uint32_t)b << 16); }
+static inline float bf16_to_float(uint16_t b) {
+  return f32_from((uint32_t)b << 16);
+}
 
 static inline float e4m3_to_float(uint8_t x) {
   uint32_t sign = (uint32_t)(x & 0x80u) << 24;
   uint32_t em = x & 0x7fu;
   uint32_t bits = (em << 20) + (120u << 23); /* rebias 7 -> 127 */
-  float sub = (float)(int32_t)em * 0x1p-9f;   /* subnormal: m/8 * 2^-6 */
+  float sub = (float)(int32_t)em * 0x1p-9f;  /* subnormal: m/8 * 2^-6 */
   uint32_t mag = sel32(mask32(em < 8u), f32_bits(sub), bits);
   mag = sel32(mask32(em == 0x7fu), 0x7fc00000u, mag); /* S.1111.111 is NaN; no inf */
   return f32_from(mag | sign);
 }
 
 /* e5m2 is the top byte of an IEEE half. */
-static inline float e5m2_to_float(uint8_t x) { return half_to_float((uint16_t)(x << 8)); }
+static inline float e5m2_to_float(uint8_t x) {
+  return half_to_float((uint16_t)(x << 8));
+}
 
 /* ---- float to narrow formats, round to nearest even ---------------------- */
 
@@ -122,8 +133,7 @@ static inline uint16_t float_to_bf16(float f) {
  * exponent `emin`, saturating to `maxcode` past `maxval` (satfinite). The
  * same trick as float_to_half: magic = 2^(e + 23 - mbits) puts the float's
  * last place where the fp8 last place is. */
-static inline uint8_t float_to_fp8(float f, int mbits, int emin, uint32_t maxcode,
-                                   float maxval) {
+static inline uint8_t float_to_fp8(float f, int mbits, int emin, uint32_t maxcode, float maxval) {
   uint32_t u = f32_bits(f);
   uint32_t a = u & 0x7fffffffu;
   uint32_t sign = (u >> 24) & 0x80u;
@@ -137,8 +147,12 @@ static inline uint8_t float_to_fp8(float f, int mbits, int emin, uint32_t maxcod
   return (uint8_t)sel32(mask32(a > 0x7f800000u), 0x7fu, code);
 }
 
-static inline uint8_t float_to_e4m3(float f) { return float_to_fp8(f, 3, -6, 0x7eu, 448.0f); }
-static inline uint8_t float_to_e5m2(float f) { return float_to_fp8(f, 2, -14, 0x7bu, 57344.0f); }
+static inline uint8_t float_to_e4m3(float f) {
+  return float_to_fp8(f, 3, -6, 0x7eu, 448.0f);
+}
+static inline uint8_t float_to_e5m2(float f) {
+  return float_to_fp8(f, 2, -14, 0x7bu, 57344.0f);
+}
 
 /* ---- max/min with CUDA's NaN and signed-zero rules ----------------------- */
 
@@ -147,18 +161,18 @@ static inline uint8_t float_to_e5m2(float f) { return float_to_fp8(f, 2, -14, 0x
  * and puts -0 just below +0, as __hmax/fmaxf do. A NaN operand loses to a
  * number; NaN op NaN gives NaN. Integer compares keep the loop branch-free
  * (float compares may trap, which stops vectorization). */
-#define DEF_FLOAT_MINMAX(sfx, T, S, U, ABS_MASK, INF_BITS)                       \
-  static inline U minmax_key_##sfx(U x) {                                         \
-    S s = (S)x;                                                                   \
-    return (U)(s ^ (S)((U)(s >> (8 * sizeof(S) - 1)) & (U)(ABS_MASK)));           \
-  }                                                                               \
-  static inline U minmax_##sfx(U a, U b, int is_max) {                            \
-    U nan_a = (U)0 - (U)((U)(a & (U)(ABS_MASK)) > (U)(INF_BITS));                 \
-    U nan_b = (U)0 - (U)((U)(b & (U)(ABS_MASK)) > (U)(INF_BITS));                 \
-    S ka = (S)minmax_key_##sfx(a), kb = (S)minmax_key_##sfx(b);                   \
-    U a_wins = (U)0 - (U)(is_max ? ka > kb : ka < kb);                            \
-    a_wins = (U)((a_wins | nan_b) & ~(nan_a & ~nan_b));                           \
-    return (U)((a & a_wins) | (b & ~a_wins));                                     \
+#define DEF_FLOAT_MINMAX(sfx, T, S, U, ABS_MASK, INF_BITS)              \
+  static inline U minmax_key_##sfx(U x) {                               \
+    S s = (S)x;                                                         \
+    return (U)(s ^ (S)((U)(s >> (8 * sizeof(S) - 1)) & (U)(ABS_MASK))); \
+  }                                                                     \
+  static inline U minmax_##sfx(U a, U b, int is_max) {                  \
+    U nan_a = (U)0 - (U)((U)(a & (U)(ABS_MASK)) > (U)(INF_BITS));       \
+    U nan_b = (U)0 - (U)((U)(b & (U)(ABS_MASK)) > (U)(INF_BITS));       \
+    S ka = (S)minmax_key_##sfx(a), kb = (S)minmax_key_##sfx(b);         \
+    U a_wins = (U)0 - (U)(is_max ? ka > kb : ka < kb);                  \
+    a_wins = (U)((a_wins | nan_b) & ~(nan_a & ~nan_b));                 \
+    return (U)((a & a_wins) | (b & ~a_wins));                           \
   }
 
 DEF_FLOAT_MINMAX(f32, float, int32_t, uint32_t, 0x7fffffffu, 0x7f800000u)
@@ -184,11 +198,19 @@ static inline double min_f64(double a, double b) {
 
 /* ---- Element operations --------------------------------------------------- */
 
-#define INT_OPS(sfx, T, U)                                                          \
-  static inline T sum_##sfx(T a, T b) { return (T)((U)a + (U)b); }                 \
-  static inline T prod_##sfx(T a, T b) { return (T)((U)((U)a * (U)b)); }           \
-  static inline T max_##sfx(T a, T b) { return a > b ? a : b; }                    \
-  static inline T min_##sfx(T a, T b) { return a < b ? a : b; }
+#define INT_OPS(sfx, T, U)               \
+  static inline T sum_##sfx(T a, T b) {  \
+    return (T)((U)a + (U)b);             \
+  }                                      \
+  static inline T prod_##sfx(T a, T b) { \
+    return (T)((U)((U)a * (U)b));        \
+  }                                      \
+  static inline T max_##sfx(T a, T b) {  \
+    return a > b ? a : b;                \
+  }                                      \
+  static inline T min_##sfx(T a, T b) {  \
+    return a < b ? a : b;                \
+  }
 
 /* uint8 products go through unsigned int so the promotion cannot overflow int. */
 INT_OPS(i8, int8_t, unsigned int)
@@ -198,17 +220,33 @@ INT_OPS(u32, uint32_t, uint32_t)
 INT_OPS(i64, int64_t, uint64_t)
 INT_OPS(u64, uint64_t, uint64_t)
 
-static inline float sum_f32(float a, float b) { return a + b; }
-static inline float prod_f32(float a, float b) { return a * b; }
-static inline double sum_f64(double a, double b) { return a + b; }
-static inline double prod_f64(double a, double b) { return a * b; }
+static inline float sum_f32(float a, float b) {
+  return a + b;
+}
+static inline float prod_f32(float a, float b) {
+  return a * b;
+}
+static inline double sum_f64(double a, double b) {
+  return a + b;
+}
+static inline double prod_f64(double a, double b) {
+  return a * b;
+}
 
 /* Narrow floats: widen, combine, round back. max/min select an operand. */
-#define NARROW_OPS(sfx, T, TO_F, FROM_F, SAT)                                            \
-  static inline T sum_##sfx(T a, T b) { return FROM_F(TO_F(a) + TO_F(b)); }         \
-  static inline T prod_##sfx(T a, T b) { return FROM_F(TO_F(a) * TO_F(b)); }        \
-  static inline T max_##sfx(T a, T b) { return SAT(minmax_##sfx(a, b, 1)); }         \
-  static inline T min_##sfx(T a, T b) { return SAT(minmax_##sfx(a, b, 0)); }
+#define NARROW_OPS(sfx, T, TO_F, FROM_F, SAT) \
+  static inline T sum_##sfx(T a, T b) {       \
+    return FROM_F(TO_F(a) + TO_F(b));         \
+  }                                           \
+  static inline T prod_##sfx(T a, T b) {      \
+    return FROM_F(TO_F(a) * TO_F(b));         \
+  }                                           \
+  static inline T max_##sfx(T a, T b) {       \
+    return SAT(minmax_##sfx(a, b, 1));        \
+  }                                           \
+  static inline T min_##sfx(T a, T b) {       \
+    return SAT(minmax_##sfx(a, b, 0));        \
+  }
 
 /* NCCL's e5m2 max/min goes through __nv_fp8_e5m2's satfinite constructor,
  * so an inf operand that wins comes out as the largest finite value. */
@@ -233,43 +271,47 @@ typedef void (*reduce2_fn)(void *dst, const void *b, size_t n);
  * restrict sits on parameters, where GCC trusts it without versioning. */
 #define REDUCE_BLOCK 64
 
-#define DEF_LOOPS(op, sfx, T)                                                       \
-  static void op##_##sfx##_3t(T *restrict d, const T *restrict x, const T *restrict y, \
-                              size_t n) {                                           \
-    size_t i = 0;                                                                   \
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                \
-      for (size_t j = 0; j < REDUCE_BLOCK; j++) d[i + j] = op##_##sfx(x[i + j], y[i + j]); \
-    for (; i < n; i++) d[i] = op##_##sfx(x[i], y[i]);                               \
-  }                                                                                 \
-  static void op##_##sfx##_2t(T *restrict d, const T *restrict y, size_t n) {      \
-    size_t i = 0;                                                                   \
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                \
-      for (size_t j = 0; j < REDUCE_BLOCK; j++) d[i + j] = op##_##sfx(d[i + j], y[i + j]); \
-    for (; i < n; i++) d[i] = op##_##sfx(d[i], y[i]);                               \
-  }                                                                                 \
-  static void op##_##sfx##_3(void *dst, const void *a, const void *b, size_t n) {  \
-    op##_##sfx##_3t(dst, a, b, n);                                                  \
-  }                                                                                 \
-  static void op##_##sfx##_2(void *dst, const void *b, size_t n) { op##_##sfx##_2t(dst, b, n); }
+/* ATTR compiles a variant for an instruction set; V names it. */
+#define DEF_LOOPS(op, sfx, T, V, ATTR)                                                            \
+  ATTR static void op##_##sfx##_##V##_3t(T *restrict d, const T *restrict x, const T *restrict y, \
+                                         size_t n) {                                              \
+    size_t i = 0;                                                                                 \
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                              \
+      for (size_t j = 0; j < REDUCE_BLOCK; j++) d[i + j] = op##_##sfx(x[i + j], y[i + j]);        \
+    for (; i < n; i++) d[i] = op##_##sfx(x[i], y[i]);                                             \
+  }                                                                                               \
+  ATTR static void op##_##sfx##_##V##_2t(T *restrict d, const T *restrict y, size_t n) {          \
+    size_t i = 0;                                                                                 \
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                              \
+      for (size_t j = 0; j < REDUCE_BLOCK; j++) d[i + j] = op##_##sfx(d[i + j], y[i + j]);        \
+    for (; i < n; i++) d[i] = op##_##sfx(d[i], y[i]);                                             \
+  }                                                                                               \
+  ATTR static void op##_##sfx##_##V##_3(void *dst, const void *a, const void *b, size_t n) {      \
+    op##_##sfx##_##V##_3t(dst, a, b, n);                                                          \
+  }                                                                                               \
+  ATTR static void op##_##sfx##_##V##_2(void *dst, const void *b, size_t n) {                     \
+    op##_##sfx##_##V##_2t(dst, b, n);                                                             \
+  }
 
-#define DEF_TYPE(sfx, T)                                                            \
-  DEF_LOOPS(sum, sfx, T)                                                            \
-  DEF_LOOPS(prod, sfx, T)                                                           \
-  DEF_LOOPS(max, sfx, T)                                                            \
-  DEF_LOOPS(min, sfx, T)
+#define DEF_TYPE(sfx, T, V, ATTR)  \
+  DEF_LOOPS(sum, sfx, T, V, ATTR)  \
+  DEF_LOOPS(prod, sfx, T, V, ATTR) \
+  DEF_LOOPS(max, sfx, T, V, ATTR)  \
+  DEF_LOOPS(min, sfx, T, V, ATTR)
 
-DEF_TYPE(i8, int8_t)
-DEF_TYPE(u8, uint8_t)
-DEF_TYPE(i32, int32_t)
-DEF_TYPE(u32, uint32_t)
-DEF_TYPE(i64, int64_t)
-DEF_TYPE(u64, uint64_t)
-DEF_TYPE(f16, uint16_t)
-DEF_TYPE(f32, float)
-DEF_TYPE(f64, double)
-DEF_TYPE(bf16, uint16_t)
-DEF_TYPE(e4m3, uint8_t)
-DEF_TYPE(e5m2, uint8_t)
+#define DEF_ALL_TYPES(V, ATTR)      \
+  DEF_TYPE(i8, int8_t, V, ATTR)     \
+  DEF_TYPE(u8, uint8_t, V, ATTR)    \
+  DEF_TYPE(i32, int32_t, V, ATTR)   \
+  DEF_TYPE(u32, uint32_t, V, ATTR)  \
+  DEF_TYPE(i64, int64_t, V, ATTR)   \
+  DEF_TYPE(u64, uint64_t, V, ATTR)  \
+  DEF_TYPE(f16, uint16_t, V, ATTR)  \
+  DEF_TYPE(f32, float, V, ATTR)     \
+  DEF_TYPE(f64, double, V, ATTR)    \
+  DEF_TYPE(bf16, uint16_t, V, ATTR) \
+  DEF_TYPE(e4m3, uint8_t, V, ATTR)  \
+  DEF_TYPE(e5m2, uint8_t, V, ATTR)
 
 struct reduce_loops {
   reduce3_fn three;
@@ -277,24 +319,93 @@ struct reduce_loops {
 };
 
 /* Rows in ncclDataType_t order; columns sum, prod, max, min, avg (= sum). */
-#define ROW(sfx)                                                                    \
-  {{sum_##sfx##_3, sum_##sfx##_2},                                                  \
-   {prod_##sfx##_3, prod_##sfx##_2},                                                \
-   {max_##sfx##_3, max_##sfx##_2},                                                  \
-   {min_##sfx##_3, min_##sfx##_2},                                                  \
-   {sum_##sfx##_3, sum_##sfx##_2}}
+#define ROW_OPS(sfx, V, SUM, PROD)                                                        \
+  {                                                                                       \
+    {SUM##_3, SUM##_2}, {PROD##_3, PROD##_2}, {max_##sfx##_##V##_3, max_##sfx##_##V##_2}, \
+        {min_##sfx##_##V##_3, min_##sfx##_##V##_2}, {                                     \
+      SUM##_3, SUM##_2                                                                    \
+    }                                                                                     \
+  }
+#define ROW(sfx, V) ROW_OPS(sfx, V, sum_##sfx##_##V, prod_##sfx##_##V)
 
-static const struct reduce_loops reduce_table[ncclNumTypes][ncclNumOps] = {
-    ROW(i8), ROW(u8), ROW(i32), ROW(u32), ROW(i64), ROW(u64),
-    ROW(f16), ROW(f32), ROW(f64), ROW(bf16), ROW(e4m3), ROW(e5m2),
+#define NO_ATTR
+DEF_ALL_TYPES(gen, NO_ATTR)
+
+static const struct reduce_loops reduce_table_gen[ncclNumTypes][ncclNumOps] = {
+    ROW(i8, gen),  ROW(u8, gen),  ROW(i32, gen), ROW(u32, gen),  ROW(i64, gen),  ROW(u64, gen),
+    ROW(f16, gen), ROW(f32, gen), ROW(f64, gen), ROW(bf16, gen), ROW(e4m3, gen), ROW(e5m2, gen),
 };
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* x86-64 only guarantees SSE2; most hosts have AVX2, and F16C converts
+ * halves in hardware (round-to-nearest-even, subnormals kept, whatever
+ * MXCSR says). The same source compiled for AVX2 doubles the vector width;
+ * half sum and product use F16C directly. Chosen once, at run time. */
+#define REDUCE_HAVE_AVX2 1
+#define AVX2_ATTR __attribute__((target("avx2,f16c")))
+/* "unused": the table takes half sum/prod from the F16C loops instead. */
+#define AVX2_LOOP_ATTR AVX2_ATTR __attribute__((unused))
+DEF_ALL_TYPES(avx2, AVX2_LOOP_ATTR)
+
+#define DEF_F16C(op, VOP)                                                                    \
+  AVX2_ATTR static void op##_f16_f16c_3(void *dst, const void *a, const void *b, size_t n) { \
+    uint16_t *d = dst;                                                                       \
+    const uint16_t *x = a, *y = b;                                                           \
+    size_t i = 0;                                                                            \
+    for (; i + 8 <= n; i += 8) {                                                             \
+      __m256 fx = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(x + i)));  \
+      __m256 fy = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(y + i)));  \
+      _mm_storeu_si128((__m128i *)(void *)(d + i), _mm256_cvtps_ph(VOP(fx, fy), 0));         \
+    }                                                                                        \
+    for (; i < n; i++) d[i] = op##_f16(x[i], y[i]);                                          \
+  }                                                                                          \
+  AVX2_ATTR static void op##_f16_f16c_2(void *dst, const void *b, size_t n) {                \
+    op##_f16_f16c_3(dst, dst, b, n);                                                         \
+  }
+
+DEF_F16C(sum, _mm256_add_ps)
+DEF_F16C(prod, _mm256_mul_ps)
+
+static const struct reduce_loops reduce_table_avx2[ncclNumTypes][ncclNumOps] = {
+    ROW(i8, avx2),
+    ROW(u8, avx2),
+    ROW(i32, avx2),
+    ROW(u32, avx2),
+    ROW(i64, avx2),
+    ROW(u64, avx2),
+    ROW_OPS(f16, avx2, sum_f16_f16c, prod_f16_f16c),
+    ROW(f32, avx2),
+    ROW(f64, avx2),
+    ROW(bf16, avx2),
+    ROW(e4m3, avx2),
+    ROW(e5m2, avx2),
+};
+#endif
+
+/* The table for this CPU; WEFT_REDUCE_SIMD=0 keeps the portable loops. */
+static const struct reduce_loops *reduce_pick_table(void) {
+  static const struct reduce_loops *_Atomic chosen;
+  const struct reduce_loops *t = atomic_load_explicit(&chosen, memory_order_relaxed);
+  if (t != NULL) return t;
+  t = &reduce_table_gen[0][0];
+#ifdef REDUCE_HAVE_AVX2
+  __builtin_cpu_init();
+  if (weft_param_int(WEFT_PARAM_REDUCE_SIMD) != 0 && __builtin_cpu_supports("avx2") &&
+      __builtin_cpu_supports("f16c"))
+    t = &reduce_table_avx2[0][0];
+#endif
+  atomic_store_explicit(&chosen, t, memory_order_relaxed);
+  return t;
+}
 
 /* Every built-in op is commutative, so dst == b is dst = dst op a. Partly
  * overlapping arrays are not supported (NCCL forbids them too). */
 void weft_reduce_host(void *dst, const void *a, const void *b, size_t count, ncclDataType_t dt,
                       ncclRedOp_t op) {
   if ((unsigned)dt >= ncclNumTypes || (unsigned)op >= ncclNumOps || count == 0) return;
-  const struct reduce_loops *l = &reduce_table[dt][op];
+  const struct reduce_loops *l = &reduce_pick_table()[(size_t)dt * ncclNumOps + (size_t)op];
   if (dst == a)
     l->two(dst, b, count);
   else if (dst == b)
@@ -306,14 +417,16 @@ void weft_reduce_host(void *dst, const void *a, const void *b, size_t count, ncc
 /* ---- ncclAvg's divide ------------------------------------------------------- */
 
 /* The same fixed-size inner blocks as the reduce loops. */
-#define DEF_DIV(sfx, T, W, TO_W, FROM_W)                                            \
-  static void div_##sfx##_t(T *restrict p, size_t n, W d) {                         \
-    size_t i = 0;                                                                   \
-    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                \
+#define DEF_DIV(sfx, T, W, TO_W, FROM_W)                                               \
+  static void div_##sfx##_t(T *restrict p, size_t n, W d) {                            \
+    size_t i = 0;                                                                      \
+    for (; i + REDUCE_BLOCK <= n; i += REDUCE_BLOCK)                                   \
       for (size_t j = 0; j < REDUCE_BLOCK; j++) p[i + j] = FROM_W(TO_W(p[i + j]) / d); \
-    for (; i < n; i++) p[i] = FROM_W(TO_W(p[i]) / d);                               \
-  }                                                                                 \
-  static void div_##sfx(void *buf, size_t n, int nranks) { div_##sfx##_t(buf, n, (W)nranks); }
+    for (; i < n; i++) p[i] = FROM_W(TO_W(p[i]) / d);                                  \
+  }                                                                                    \
+  static void div_##sfx(void *buf, size_t n, int nranks) {                             \
+    div_##sfx##_t(buf, n, (W)nranks);                                                  \
+  }
 
 #define DIV_ID(x) (x)
 /* Integers divide in their own type: C's division truncates toward zero. */
@@ -333,7 +446,7 @@ DEF_DIV(e5m2, uint8_t, float, e5m2_to_float, float_to_e5m2)
 typedef void (*div_fn)(void *buf, size_t n, int nranks);
 
 static const div_fn div_table[ncclNumTypes] = {
-    div_i8, div_u8, div_i32, div_u32, div_i64, div_u64,
+    div_i8,  div_u8,  div_i32, div_u32,  div_i64,  div_u64,
     div_f16, div_f32, div_f64, div_bf16, div_e4m3, div_e5m2,
 };
 
@@ -349,8 +462,8 @@ static const struct {
   size_t size;
   const char *name;
 } dtype_info[ncclNumTypes] = {
-    {1, "ncclInt8"},    {1, "ncclUint8"},   {4, "ncclInt32"},    {4, "ncclUint32"},
-    {8, "ncclInt64"},   {8, "ncclUint64"},  {2, "ncclFloat16"},  {4, "ncclFloat32"},
+    {1, "ncclInt8"},    {1, "ncclUint8"},    {4, "ncclInt32"},      {4, "ncclUint32"},
+    {8, "ncclInt64"},   {8, "ncclUint64"},   {2, "ncclFloat16"},    {4, "ncclFloat32"},
     {8, "ncclFloat64"}, {2, "ncclBfloat16"}, {1, "ncclFloat8e4m3"}, {1, "ncclFloat8e5m2"},
 };
 

@@ -45,12 +45,13 @@ static size_t slice_off(const struct ring_round *r, int k) {
   return r->base + (size_t)k * r->slice;
 }
 
-static int ring_mod(int x, int n) { return ((x % n) + n) % n; }
+static int ring_mod(int x, int n) {
+  return ((x % n) + n) % n;
+}
 
 /* Fills in one step from a send slice and a receive slice (-1: none). */
 static void ring_emit(const struct ring_round *r, int send_k, int recv_k, uint32_t recv_flags,
-                      uint8_t send_buf, int prev, int next, struct weft_step *st,
-                      size_t *n_out) {
+                      uint8_t send_buf, int prev, int next, struct weft_step *st, size_t *n_out) {
   size_t sc = send_k >= 0 ? slice_count(r, send_k) : 0;
   size_t rc = recv_k >= 0 ? slice_count(r, recv_k) : 0;
   if (sc == 0 && rc == 0) return;
@@ -127,7 +128,9 @@ ncclResult_t weft_ring_schedule_allreduce(int rank, int nranks, int ring_prev, i
     s.steps = calloc(1, sizeof(*s.steps));
     if (s.steps == NULL) goto err_alloc;
     s.steps[0] = (struct weft_step){.flags = WEFT_STEP_LOCAL | WEFT_STEP_POSTOP,
-                                    .send_peer = -1, .recv_peer = -1, .count = count};
+                                    .send_peer = -1,
+                                    .recv_peer = -1,
+                                    .count = count};
     s.nsteps = 1;
     *out = s;
     return ncclSuccess;
