@@ -95,6 +95,135 @@ static int bad_inits(int rank, int nranks, ncclUniqueId id) {
   return 0;
 }
 
+/* Bad arguments to the collectives other than AllReduce. */
+static int bad_collectives(ncclComm_t comm, int rank, int nranks) {
+  float buf[8] = {0};
+  const size_t half = SIZE_MAX / 2 + 1; /* times 2 or more ranks overflows */
+  BAD(ncclAllGather(NULL, buf, 4, ncclFloat32, comm, NULL), comm, "ncclAllGather", "sendbuff");
+  BAD(ncclAllGather(buf, NULL, 4, ncclFloat32, comm, NULL), comm, "ncclAllGather", "recvbuff");
+  BAD(ncclAllGather(buf, buf, 4, ncclNumTypes, comm, NULL), comm, "ncclAllGather", "datatype");
+  BAD(ncclAllGather(buf, buf, half, ncclInt8, comm, NULL), comm, "ncclAllGather",
+      "sendcount|count");
+  BAD(ncclReduceScatter(NULL, buf, 4, ncclFloat32, ncclSum, comm, NULL), comm,
+      "ncclReduceScatter", "sendbuff");
+  BAD(ncclReduceScatter(buf, NULL, 4, ncclFloat32, ncclSum, comm, NULL), comm,
+      "ncclReduceScatter", "recvbuff");
+  BAD(ncclReduceScatter(buf, buf, 4, ncclFloat32, ncclNumOps, comm, NULL), comm,
+      "ncclReduceScatter", "op");
+  BAD(ncclReduceScatter(buf, buf, half, ncclInt8, ncclSum, comm, NULL), comm,
+      "ncclReduceScatter", "recvcount|count");
+  BAD(ncclBroadcast(buf, buf, 4, ncclFloat32, -1, comm, NULL), comm, "ncclBroadcast", "root");
+  BAD(ncclBroadcast(buf, buf, 4, ncclFloat32, nranks, comm, NULL), comm, "ncclBroadcast", "root");
+  BAD(ncclBroadcast(buf, NULL, 4, ncclFloat32, 0, comm, NULL), comm, "ncclBroadcast", "recvbuff");
+  BAD(ncclBroadcast(NULL, buf, 4, ncclFloat32, rank, comm, NULL), comm, "ncclBroadcast",
+      "sendbuff");
+  BAD(ncclBroadcast(buf, buf, 4, (ncclDataType_t)-2, 0, comm, NULL), comm, "ncclBroadcast",
+      "datatype");
+  BAD(ncclBcast(NULL, 4, ncclFloat32, 0, comm, NULL), comm, "ncclBcast", "buff");
+  BAD(ncclBcast(buf, 4, ncclFloat32, nranks + 5, comm, NULL), comm, "ncclBcast", "root");
+  BAD(ncclReduce(buf, buf, 4, ncclFloat32, ncclSum, -1, comm, NULL), comm, "ncclReduce", "root");
+  BAD(ncclReduce(NULL, buf, 4, ncclFloat32, ncclSum, 0, comm, NULL), comm, "ncclReduce",
+      "sendbuff");
+  BAD(ncclReduce(buf, NULL, 4, ncclFloat32, ncclSum, rank, comm, NULL), comm, "ncclReduce",
+      "recvbuff");
+  BAD(ncclReduce(buf, buf, 4, ncclFloat32, (ncclRedOp_t)77, 0, comm, NULL), comm, "ncclReduce",
+      "op");
+  return 0;
+}
+
+/* Bad arguments to send/recv and the calls built from them. */
+static int bad_p2p(ncclComm_t comm, int rank, int nranks) {
+  float buf[16] = {0};
+  BAD(ncclSend(buf, 4, ncclFloat32, -1, comm, NULL), comm, "ncclSend", "peer");
+  BAD(ncclSend(buf, 4, ncclFloat32, nranks, comm, NULL), comm, "ncclSend", "peer");
+  BAD(ncclSend(NULL, 4, ncclFloat32, 0, comm, NULL), comm, "ncclSend", "sendbuff");
+  BAD(ncclSend(buf, 4, ncclNumTypes, 0, comm, NULL), comm, "ncclSend", "datatype");
+  BAD(ncclSend(buf, 4, ncclFloat32, 0, NULL, NULL), NULL, "ncclSend", "comm");
+  BAD(ncclRecv(buf, 4, ncclFloat32, nranks, comm, NULL), comm, "ncclRecv", "peer");
+  BAD(ncclRecv(NULL, 4, ncclFloat32, 0, comm, NULL), comm, "ncclRecv", "recvbuff");
+  BAD(ncclAlltoAll(NULL, buf, 2, ncclFloat32, comm, NULL), comm, "ncclAlltoAll", "sendbuff");
+  BAD(ncclAlltoAll(buf, NULL, 2, ncclFloat32, comm, NULL), comm, "ncclAlltoAll", "recvbuff");
+  BAD(ncclAlltoAll(buf, buf + 1, 2, ncclFloat32, comm, NULL), comm, "ncclAlltoAll",
+      "sendbuff|recvbuff");
+  BAD(ncclGather(buf, buf, 2, ncclFloat32, nranks, comm, NULL), comm, "ncclGather", "root");
+  BAD(ncclGather(NULL, buf, 2, ncclFloat32, 0, comm, NULL), comm, "ncclGather", "sendbuff");
+  BAD(ncclGather(buf, NULL, 2, ncclFloat32, rank, comm, NULL), comm, "ncclGather", "recvbuff");
+  BAD(ncclScatter(buf, buf, 2, ncclFloat32, -3, comm, NULL), comm, "ncclScatter", "root");
+  BAD(ncclScatter(buf, NULL, 2, ncclFloat32, 0, comm, NULL), comm, "ncclScatter", "recvbuff");
+  BAD(ncclScatter(NULL, buf, 2, ncclFloat32, rank, comm, NULL), comm, "ncclScatter", "sendbuff");
+  return 0;
+}
+
+/* PreMulSum operators: bad creation, bad destruction, use after destroy. */
+static int bad_redops(ncclComm_t comm) {
+  float buf[8] = {0}, scalar = 2.0f;
+  ncclRedOp_t op;
+  BAD(ncclRedOpCreatePreMulSum(NULL, &scalar, ncclFloat32, ncclScalarHostImmediate, comm), comm,
+      "ncclRedOpCreatePreMulSum", "op");
+  BAD(ncclRedOpCreatePreMulSum(&op, NULL, ncclFloat32, ncclScalarHostImmediate, comm), comm,
+      "ncclRedOpCreatePreMulSum", "scalar");
+  BAD(ncclRedOpCreatePreMulSum(&op, &scalar, ncclNumTypes, ncclScalarHostImmediate, comm), comm,
+      "ncclRedOpCreatePreMulSum", "datatype");
+  BAD(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, (ncclScalarResidence_t)7, comm), comm,
+      "ncclRedOpCreatePreMulSum", "residence");
+  BAD(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, NULL), NULL,
+      "ncclRedOpCreatePreMulSum", "comm");
+  BAD(ncclRedOpDestroy(ncclSum, comm), comm, "ncclRedOpDestroy", "op");
+  BAD(ncclRedOpDestroy((ncclRedOp_t)(ncclNumOps + 1000), comm), comm, "ncclRedOpDestroy", "op");
+
+  HNCCL(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm));
+  HCHECK((int)op >= (int)ncclNumOps, "PreMulSum op is %d, expected >= ncclNumOps", (int)op);
+  BAD(ncclAllReduce(buf, buf, 8, ncclFloat64, op, comm, NULL), comm, "ncclAllReduce",
+      "datatype|op");
+  HNCCL(ncclRedOpDestroy(op, comm));
+  BAD(ncclAllReduce(buf, buf, 8, ncclFloat32, op, comm, NULL), comm, "ncclAllReduce", "op");
+  BAD(ncclReduceScatter(buf, buf, 4, ncclFloat32, op, comm, NULL), comm, "ncclReduceScatter",
+      "op");
+  BAD(ncclReduce(buf, buf, 8, ncclFloat32, op, 0, comm, NULL), comm, "ncclReduce", "op");
+  BAD(ncclRedOpDestroy(op, comm), comm, "ncclRedOpDestroy", "op");
+  return 0;
+}
+
+/* ncclGroupSimulateEnd: a bad ncclSimInfo_t is refused; a good one gets an
+ * estimate, and the group's operations are dropped, never run. */
+static int simulate(ncclComm_t comm) {
+  BAD(ncclGroupSimulateEnd(NULL), NULL, "ncclGroupSimulateEnd", "simInfo");
+  ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+  info.magic = 0x1234;
+  BAD(ncclGroupSimulateEnd(&info), NULL, "ncclGroupSimulateEnd", "magic");
+  info = (ncclSimInfo_t)NCCL_SIM_INFO_INITIALIZER;
+  int32_t send[1024], recv[1024];
+  memset(send, 1, sizeof send);
+  memset(recv, 0x7b, sizeof recv);
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclAllReduce(send, recv, 1024, ncclInt32, ncclSum, comm, NULL));
+  HNCCL(ncclAllGather(send, recv, 512 / 4, ncclInt32, comm, NULL));
+  HNCCL(ncclGroupSimulateEnd(&info));
+  HCHECK(info.estimatedTime > 0 && info.estimatedTime < 1e6, "estimatedTime is %g",
+         (double)info.estimatedTime);
+  for (int i = 0; i < 1024; i++)
+    HCHECK(recv[i] == 0x7b7b7b7b, "ncclGroupSimulateEnd ran the group (recv[%d] written)", i);
+  return 0;
+}
+
+/* Buffers the calls do not use may be NULL: Broadcast's sendbuff off the
+ * root, Reduce's recvbuff off the root, count 0 everywhere. */
+static int unused_buffers(ncclComm_t comm, int rank, int nranks) {
+  int32_t buf[4] = {rank, rank, rank, rank}, out[4] = {0};
+  HNCCL(ncclBroadcast(rank == 0 ? buf : NULL, out, 4, ncclInt32, 0, comm, NULL));
+  HCHECK(out[3] == 0, "broadcast from root 0 gave %d", (int)out[3]);
+  HNCCL(ncclReduce(buf, rank == nranks - 1 ? out : NULL, 4, ncclInt32, ncclSum, nranks - 1, comm,
+                   NULL));
+  if (rank == nranks - 1)
+    HCHECK(out[2] == nranks * (nranks - 1) / 2, "reduce gave %d", (int)out[2]);
+  HNCCL(ncclAllGather(NULL, NULL, 0, ncclFloat32, comm, NULL));
+  HNCCL(ncclReduceScatter(NULL, NULL, 0, ncclFloat32, ncclMax, comm, NULL));
+  HNCCL(ncclBcast(NULL, 0, ncclInt8, 0, comm, NULL));
+  HNCCL(ncclSend(NULL, 0, ncclInt8, (rank + 1) % nranks, comm, NULL));
+  HNCCL(ncclRecv(NULL, 0, ncclInt8, (rank + nranks - 1) % nranks, comm, NULL));
+  return 0;
+}
+
 static int args_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
   if (bad_inits(rank, nranks, id)) return 1;
@@ -152,6 +281,12 @@ static int args_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 
   /* Count 0 needs no buffers. */
   HNCCL(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, NULL));
+
+  if (bad_collectives(comm, rank, nranks) || bad_p2p(comm, rank, nranks) || bad_redops(comm))
+    return 1;
+  if (good_allreduce(comm, rank, nranks, 7)) return 1;
+  if (simulate(comm) || good_allreduce(comm, rank, nranks, 8)) return 1;
+  if (unused_buffers(comm, rank, nranks) || good_allreduce(comm, rank, nranks, 9)) return 1;
 
   /* NCCL treats destroying or aborting NULL as a no-op; so must weft. */
   HNCCL(ncclCommDestroy(NULL));

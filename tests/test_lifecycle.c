@@ -39,6 +39,18 @@ static int count_fds(void) {
   return count_entries("/proc/self/fd") - 1;
 }
 
+/* weft's shared-memory segments (/dev/shm/weft-*): they outlive processes,
+ * so every one must be unlinked, also when a rank dies. */
+static int count_weft_shm(void) {
+  DIR *d = opendir("/dev/shm");
+  if (d == NULL) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "weft-", 5) == 0;
+  closedir(d);
+  return n;
+}
+
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
   return mi.uordblks + mi.hblkhd;
@@ -105,6 +117,7 @@ static void cycles(enum ending how) {
   int fds0 = -1, thr0 = -1;
   baseline(&fds0, &thr0);
   size_t mem0 = heap_in_use();
+  int shm0 = count_weft_shm();
   for (int i = 0; i < CYCLES; i++) {
     rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
     ck_assert_msg(rc == 0, "cycle %d: %s", i, why);
@@ -114,6 +127,8 @@ static void cycles(enum ending how) {
   size_t mem = heap_in_use();
   ck_assert_msg(fds == fds0, "%d open fds before %d cycles, %d after", fds0, CYCLES, fds);
   ck_assert_msg(thr == thr0, "%d threads before %d cycles, %d after", thr0, CYCLES, thr);
+  ck_assert_msg(count_weft_shm() == shm0, "%d /dev/shm/weft-* before %d cycles, %d after", shm0,
+                CYCLES, count_weft_shm());
   /* Bytes still allocated (mallinfo2 counts every arena; exited threads
    * return their caches). 64 KiB over 100 cycles leaves room for noise and
    * catches a leak of a few hundred bytes per communicator or thread. Under
@@ -288,9 +303,12 @@ static int peer_dies_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 
 START_TEST(test_peer_dies) {
   setenv("WEFT_TIMEOUT", "3", 1);
+  int shm0 = count_weft_shm();
   char why[4096];
   int rc = harness_procs(3, 40, peer_dies_rank, NULL, why, sizeof why);
   ck_assert_msg(rc == 0, "%s", why);
+  ck_assert_msg(count_weft_shm() == shm0, "%d /dev/shm/weft-* before, %d after a rank died", shm0,
+                count_weft_shm());
 }
 END_TEST
 

@@ -1,6 +1,6 @@
-/* Moving data over connections, whatever their transport: one send and one
- * receive progressed together until both are done, with waits that always
- * end (deadline or abort). A wait polls SPIN_PURE times flat out, then keeps
+/* Moving data over connections, whatever their transport: transfers
+ * progressed together until all are done, with waits that always end
+ * (deadline or abort). A wait polls SPIN_PURE times flat out, then keeps
  * polling but yields the CPU after each poll, up to WEFT_SPIN polls, then
  * sleeps in poll(). The yield is what keeps oversubscribed hosts (8 ranks
  * on 2 cores) fast: a spinning rank hands its core to the peer it waits
@@ -22,23 +22,13 @@
 /* Polls before a wait starts yielding. */
 #define SPIN_PURE 16
 /* Longest single sleep: how late an abort or a deadline may be noticed. */
-#define SENDRECV_MAX_SLEEP_MS 100
+#define WAIT_MAX_SLEEP_MS 100
+/* Descriptors one sleep watches; past this it naps instead. */
+#define WAIT_MAX_FDS 64
 
-/* One direction's progress. */
-struct xfer {
-  struct weft_conn *conn;
-  char *buf;
-  size_t bytes;
-  size_t done;
-};
-
-static int xfer_pending(const struct xfer *x) {
-  return x->done < x->bytes;
-}
-
-static ncclResult_t xfer_progress(struct xfer *x, int *moved) {
+ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
   size_t before = x->done;
-  if (!xfer_pending(x)) return ncclSuccess;
+  if (!weft_xfer_pending(x)) return ncclSuccess;
   if (x->conn->dir == WEFT_CONN_SEND)
     WEFT_CHECK(x->conn->ops->send(x->conn, x->buf, x->bytes, &x->done));
   else
@@ -47,104 +37,132 @@ static ncclResult_t xfer_progress(struct xfer *x, int *moved) {
   return ncclSuccess;
 }
 
-static int conn_aborted(const struct weft_conn *c) {
-  return c->abort_flag != NULL && atomic_load_explicit(c->abort_flag, memory_order_acquire);
+int64_t weft_spin_pure(int local_ranks) {
+  cpu_set_t set;
+  int ncpu = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) ncpu = CPU_COUNT(&set);
+  if (ncpu <= 0) ncpu = 1;
+  return local_ranks <= ncpu ? weft_param_int(WEFT_PARAM_SPIN) : SPIN_PURE;
 }
 
-/* Says what is still pending, for the timeout and abort messages. */
-static void describe_pending(const struct xfer *s, const struct xfer *r, char *buf, size_t size) {
-  int n = 0;
+void weft_progress_wait_init(struct weft_progress_wait *w, int64_t window_ms, int64_t pure) {
+  if (window_ms <= 0) window_ms = weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
+  w->window_ms = window_ms;
+  w->spin = weft_param_int(WEFT_PARAM_SPIN);
+  w->pure = pure;
+  weft_progress_wait_moved(w);
+}
+
+/* Lists the pending transfers: "recv from rank 1 on channel 0 (0 of 64
+ * bytes); send to ...", as much as fits. */
+static void describe_pending(struct weft_xfer *const *x, int n, char *buf, size_t size) {
+  size_t len = 0;
   buf[0] = '\0';
-  if (xfer_pending(r))
-    n = snprintf(buf, size, "recv of %zu bytes from rank %d, %zu done", r->bytes, r->conn->peer,
-                 r->done);
-  if (xfer_pending(s) && n >= 0 && (size_t)n < size)
-    snprintf(buf + n, size - (size_t)n, "%ssend of %zu bytes to rank %d, %zu done",
-             n > 0 ? "; " : "", s->bytes, s->conn->peer, s->done);
+  for (int i = 0; i < n && len + 1 < size; i++) {
+    const struct weft_conn *c = x[i]->conn;
+    int k = snprintf(buf + len, size - len, "%s%s rank %d on channel %d via %s (%zu of %zu bytes)",
+                     i ? "; " : "", c->dir == WEFT_CONN_SEND ? "send to" : "recv from", c->peer,
+                     c->channel, c->ops->name, x[i]->done, x[i]->bytes);
+    if (k < 0) break;
+    len += (size_t)k;
+  }
 }
 
-/* Sleeps until a pending direction can move, or for at most max_ms. Without
- * a pollable descriptor it yields, then naps for a growing while. */
-static ncclResult_t sendrecv_sleep(const struct xfer *s, const struct xfer *r, int max_ms,
-                                   int *naps) {
-  struct pollfd p[2];
-  int np = 0, no_fd = 0;
-  const struct xfer *x[2] = {s, r};
-  for (int i = 0; i < 2; i++) {
-    if (!xfer_pending(x[i])) continue;
-    int fd = x[i]->conn->ops->wait_fd ? x[i]->conn->ops->wait_fd(x[i]->conn) : -1;
-    if (fd < 0) {
-      no_fd = 1;
-      continue;
-    }
-    p[np++] = (struct pollfd){.fd = fd, .events = i == 0 ? POLLOUT : POLLIN};
+/* Without a pollable descriptor: yield first, then nap 50 us doubling to
+ * 1 ms while nothing moves. */
+static void wait_nap(struct weft_progress_wait *w) {
+  if (w->naps++ < 16) {
+    sched_yield();
+    return;
   }
-  if (no_fd) {
-    /* Yield first; nap 50 us doubling to 1 ms while nothing moves. */
-    if ((*naps)++ < 16) {
-      sched_yield();
+  int shift = w->naps - 16 < 5 ? w->naps - 16 : 5;
+  long us = 50L << shift;
+  if (us > 1000) us = 1000;
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* Sleeps until a pending transfer can move, or for at most max_ms. */
+static ncclResult_t wait_sleep(struct weft_progress_wait *w, struct weft_xfer *const *x, int n,
+                               int max_ms) {
+  struct pollfd p[WAIT_MAX_FDS];
+  int np = 0;
+  for (int i = 0; i < n; i++) {
+    const struct weft_conn *c = x[i]->conn;
+    int fd = c->ops->wait_fd ? c->ops->wait_fd(c) : -1;
+    if (fd < 0 || np == WAIT_MAX_FDS) {
+      wait_nap(w);
       return ncclSuccess;
     }
-    long us = 50L << (*naps - 16 < 5 ? *naps - 16 : 5);
-    if (us > 1000) us = 1000;
-    struct timespec ts = {0, us * 1000};
-    nanosleep(&ts, NULL);
-    return ncclSuccess;
+    p[np++] = (struct pollfd){.fd = fd, .events = c->dir == WEFT_CONN_SEND ? POLLOUT : POLLIN};
   }
   if (poll(p, (nfds_t)np, max_ms) < 0 && errno != EINTR) {
-    WARN("rank %d: poll on connections failed: %s", (s->conn ? s->conn : r->conn)->rank,
-         strerror(errno));
+    WARN("rank %d: poll on connections failed: %s", x[0]->conn->rank, strerror(errno));
     return ncclSystemError;
   }
   return ncclSuccess;
 }
 
-/* The deadline bounds the time without progress: its distance from now is
- * the window, and the clock restarts whenever bytes move, so a long
- * transfer that keeps moving is never cut short while a stalled peer is
- * still caught. Abort returns ncclInternalError (logged at INFO, as the
- * user asked for it), like an aborted bootstrap wait. */
+/* The window bounds the time without progress: the clock restarts
+ * whenever bytes move (weft_progress_wait_moved), so a long transfer that
+ * keeps moving is never cut short while a stalled peer is still caught.
+ * Abort returns ncclInternalError (logged at INFO, as the user asked for
+ * it), like an aborted bootstrap wait. */
+ncclResult_t weft_conn_progress_wait(struct weft_progress_wait *w, struct weft_xfer *const *pending,
+                                     int n, const _Atomic int *abort_flag,
+                                     weft_wait_describe_fn describe, void *ctx) {
+  char what[160], stalled[512];
+  if (++w->idle <= w->spin && (w->idle & 63) != 0) {
+    if (w->idle > w->pure) sched_yield();
+    return ncclSuccess;
+  }
+  int rank = n > 0 ? pending[0]->conn->rank : -1;
+  if (abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_acquire)) {
+    describe_pending(pending, n, stalled, sizeof(stalled));
+    INFO(WEFT_NET, "rank %d: communicator aborted (%s)", rank, stalled);
+    return ncclInternalError;
+  }
+  if (w->idle <= w->spin) return ncclSuccess;
+  int64_t now = weft_time_ms();
+  if (w->stalled_since < 0) w->stalled_since = now;
+  if (now - w->stalled_since >= w->window_ms) {
+    what[0] = '\0';
+    if (describe != NULL) describe(ctx, what, sizeof(what));
+    describe_pending(pending, n, stalled, sizeof(stalled));
+    WARN("rank %d: %s%sno progress for %lld s; stalled: %s", rank, what, what[0] ? ": " : "",
+         (long long)((now - w->stalled_since) / 1000), stalled);
+    return ncclSystemError;
+  }
+  if (n == 0) {
+    wait_nap(w);
+    return ncclSuccess;
+  }
+  int64_t left = w->stalled_since + w->window_ms - now;
+  return wait_sleep(w, pending, n, left < WAIT_MAX_SLEEP_MS ? (int)left : WAIT_MAX_SLEEP_MS);
+}
+
 ncclResult_t weft_conn_sendrecv(struct weft_conn *send, const void *sbuf, size_t sbytes,
                                 struct weft_conn *recv, void *rbuf, size_t rbytes,
                                 int64_t deadline_ms) {
-  struct xfer s = {send, (char *)sbuf, send ? sbytes : 0, 0};
-  struct xfer r = {recv, rbuf, recv ? rbytes : 0, 0};
+  struct weft_xfer s = {send, (char *)sbuf, send ? sbytes : 0, 0};
+  struct weft_xfer r = {recv, rbuf, recv ? rbytes : 0, 0};
+  struct weft_progress_wait w;
   int64_t window = deadline_ms - weft_time_ms();
-  int64_t stalled_since = -1;
-  int64_t spin = weft_param_int(WEFT_PARAM_SPIN);
-  int64_t idle = 0;
-  int naps = 0;
-  while (xfer_pending(&s) || xfer_pending(&r)) {
+  weft_progress_wait_init(&w, window > 0 ? window : 1, SPIN_PURE);
+  const _Atomic int *abort_flag = send ? send->abort_flag : recv ? recv->abort_flag : NULL;
+  while (weft_xfer_pending(&s) || weft_xfer_pending(&r)) {
     int moved = 0;
-    WEFT_CHECK(xfer_progress(&s, &moved));
-    WEFT_CHECK(xfer_progress(&r, &moved));
+    WEFT_CHECK(weft_xfer_progress(&s, &moved));
+    WEFT_CHECK(weft_xfer_progress(&r, &moved));
     if (moved) {
-      idle = 0, naps = 0, stalled_since = -1;
+      weft_progress_wait_moved(&w);
       continue;
     }
-    const struct weft_conn *c = xfer_pending(&r) ? recv : send;
-    char what[192];
-    if (++idle <= spin && (idle & 63) != 0) {
-      if (idle > SPIN_PURE) sched_yield();
-      continue;
-    }
-    if (conn_aborted(c)) {
-      describe_pending(&s, &r, what, sizeof(what));
-      INFO(WEFT_NET, "rank %d: communicator aborted (%s)", c->rank, what);
-      return ncclInternalError;
-    }
-    if (idle <= spin) continue;
-    int64_t now = weft_time_ms();
-    if (stalled_since < 0) stalled_since = now;
-    if (now - stalled_since >= window) {
-      describe_pending(&s, &r, what, sizeof(what));
-      WARN("rank %d: no progress with rank %d for %lld s (%s)", c->rank, c->peer,
-           (long long)((now - stalled_since) / 1000), what);
-      return ncclSystemError;
-    }
-    int64_t left = stalled_since + window - now;
-    int max_ms = left < SENDRECV_MAX_SLEEP_MS ? (int)left : SENDRECV_MAX_SLEEP_MS;
-    WEFT_CHECK(sendrecv_sleep(&s, &r, max_ms, &naps));
+    struct weft_xfer *pending[2];
+    int n = 0;
+    if (weft_xfer_pending(&r)) pending[n++] = &r;
+    if (weft_xfer_pending(&s)) pending[n++] = &s;
+    WEFT_CHECK(weft_conn_progress_wait(&w, pending, n, abort_flag, NULL, NULL));
   }
   return ncclSuccess;
 }

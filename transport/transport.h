@@ -26,6 +26,10 @@ struct weft_conn {
   uint64_t comm_hash;
   const _Atomic int *abort_flag; /* the communicator's; waits give up when set */
   void *priv;                    /* the transport's state */
+  /* The host engine's: which lane of which plan run uses the conn, so two
+   * lanes never interleave their bytes on one FIFO. Transports ignore it. */
+  uint64_t user_run;
+  int user_lane;
 };
 
 /* Where the peers are, as far as the transport needs to know. */
@@ -57,6 +61,61 @@ struct weft_transport_ops {
 
 extern const struct weft_transport_ops weft_net_socket_ops;
 extern const struct weft_transport_ops weft_shm_ops;
+
+/* One direction's progress on a connection: bytes of buf, done so far. */
+struct weft_xfer {
+  struct weft_conn *conn;
+  char *buf;
+  size_t bytes;
+  size_t done;
+};
+
+static inline int weft_xfer_pending(const struct weft_xfer *x) {
+  return x->done < x->bytes;
+}
+
+/* Non-blocking: moves what the transport can take or give now; sets *moved
+ * when bytes moved. */
+ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved);
+
+/* The state of one wait over many transfers (a collective's lanes, a
+ * send/recv pair). The caller polls its transfers; after a pass in which
+ * nothing moved it calls weft_conn_progress_wait, and after one in which
+ * something moved, weft_progress_wait_moved. */
+struct weft_progress_wait {
+  int64_t window_ms;     /* no progress this long is a timeout */
+  int64_t spin;          /* idle polls before sleeping (WEFT_SPIN) */
+  int64_t pure;          /* idle polls before yielding between polls */
+  int64_t idle;          /* idle polls in a row */
+  int64_t stalled_since; /* ms when sleeping started; -1: not stalled */
+  int naps;
+};
+
+/* Describes what is waiting, for the timeout message ("AllReduce #3 ..."). */
+typedef void (*weft_wait_describe_fn)(void *ctx, char *buf, size_t size);
+
+/* window_ms <= 0: WEFT_TIMEOUT seconds. pure: polls before the wait starts
+ * yielding the CPU; weft_spin_pure() unless the caller knows better. */
+void weft_progress_wait_init(struct weft_progress_wait *w, int64_t window_ms, int64_t pure);
+
+/* How long a wait should poll before it yields: all of WEFT_SPIN when this
+ * host has a core for each of `local_ranks` busy ranks, else a few polls
+ * (a rank that spins then holds the core its peer needs). */
+int64_t weft_spin_pure(int local_ranks);
+
+static inline void weft_progress_wait_moved(struct weft_progress_wait *w) {
+  w->idle = 0, w->naps = 0, w->stalled_since = -1;
+}
+
+/* Waits a little for one of the n pending transfers to be able to move:
+ * spins, then yields, then sleeps in poll() (or naps for transports without
+ * a descriptor). Returns ncclSuccess to poll again; on abort (abort_flag)
+ * ncclInternalError, logged at INFO; when nothing moved for the window,
+ * ncclSystemError with a WARN naming every stalled transfer's peer and
+ * channel and what `describe` says. */
+ncclResult_t weft_conn_progress_wait(struct weft_progress_wait *w, struct weft_xfer *const *pending,
+                                     int n, const _Atomic int *abort_flag,
+                                     weft_wait_describe_fn describe, void *ctx);
 
 /* Sends and receives at once until both are done (either may be NULL), so two
  * ranks that send to each other never deadlock. Spins briefly, then polls or

@@ -4,26 +4,14 @@
 
 #include "api/alias.h"
 #include "api/group.h"
+#include "api/redop.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "exec/reduce.h"
 
-static ncclResult_t check_dtype_op(const char *caller, ncclDataType_t datatype, ncclRedOp_t op) {
-  if ((int)datatype < 0 || (int)datatype >= ncclNumTypes) {
-    WARN("%s: datatype is %d, expected an ncclDataType_t in 0..%d", caller, (int)datatype,
-         ncclNumTypes - 1);
-    return ncclInvalidArgument;
-  }
-  if ((int)op < 0 || (int)op >= ncclNumOps) {
-    WARN("%s: op is %d, expected ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg (0..%d)", caller,
-         (int)op, ncclNumOps - 1);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
-
-/* A host rank reads and writes count elements at p: p must be host memory. */
+/* A host rank reads and writes count elements at p: p must be host memory.
+ * `name` says which buffer, with its count when that is not the caller's. */
 static ncclResult_t check_buffer(const char *caller, const char *name, const void *p,
                                  size_t count, ncclDataType_t datatype) {
   if (count > SIZE_MAX / weft_dtype_size(datatype)) {
@@ -45,26 +33,134 @@ static ncclResult_t check_buffer(const char *caller, const char *name, const voi
   return ncclSuccess;
 }
 
+/* count * nranks elements (AllGather's recvbuff, ReduceScatter's sendbuff),
+ * or an error when that overflows. */
+static ncclResult_t check_total(const char *caller, const char *count_name, size_t count,
+                                const struct ncclComm *comm, size_t *total_out) {
+  if (count > SIZE_MAX / (size_t)comm->nranks) {
+    WARN("%s: %s %zu times %d ranks overflows the address space", caller, count_name, count,
+         comm->nranks);
+    return ncclInvalidArgument;
+  }
+  *total_out = count * (size_t)comm->nranks;
+  return ncclSuccess;
+}
+
+static ncclResult_t check_root(const char *caller, int root, const struct ncclComm *comm) {
+  if (root < 0 || root >= comm->nranks) {
+    WARN("%s: root is %d, expected a rank in 0..%d", caller, root, comm->nranks - 1);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t coll_submit(struct ncclComm *comm, const struct weft_coll *coll,
+                                const struct weft_redop_use *use) {
+  TRACE(WEFT_COLL, "%s: rank %d opCount %llu count %zu %s op %d root %d sendbuff %p recvbuff %p",
+        weft_func_name(coll->func), comm->rank, (unsigned long long)comm->op_seq, coll->count,
+        weft_dtype_name(coll->datatype), (int)coll->op, coll->root, coll->sendbuff,
+        coll->recvbuff);
+  return weft_group_add(comm, coll, use);
+}
+
 WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                     cudaStream_t stream) {
   static const char caller[] = "ncclAllReduce";
+  struct weft_redop_use use;
   (void)stream; /* host ranks: the call returns when the result is in recvbuff */
   WEFT_CHECK(weft_comm_check(comm, caller));
-  WEFT_CHECK(check_dtype_op(caller, datatype, op));
+  WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, count, datatype));
   WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, count, datatype));
-  struct weft_coll coll = {
-      .func = WEFT_FUNC_ALLREDUCE,
-      .sendbuff = sendbuff,
-      .recvbuff = recvbuff,
-      .count = count,
-      .datatype = datatype,
-      .op = op,
-      .root = 0,
-  };
-  TRACE(WEFT_COLL, "ncclAllReduce: rank %d opCount %llu count %zu %s %s", comm->rank,
-        (unsigned long long)comm->op_seq, count, weft_dtype_name(datatype), weft_op_name(op));
-  return weft_group_add(comm, &coll);
+  struct weft_coll coll = {WEFT_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
+  return coll_submit(comm, &coll, &use);
 }
 WEFT_ALIAS(ncclAllReduce)
+
+WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    ncclDataType_t datatype, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  static const char caller[] = "ncclAllGather";
+  size_t total;
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_total(caller, "sendcount", sendcount, comm, &total));
+  WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, sendcount, datatype));
+  WEFT_CHECK(check_buffer(caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
+                          datatype));
+  struct weft_coll coll = {WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype,
+                           ncclSum,             0};
+  return coll_submit(comm, &coll, NULL);
+}
+WEFT_ALIAS(ncclAllGather)
+
+WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        ncclDataType_t datatype, ncclRedOp_t op,
+                                        ncclComm_t comm, cudaStream_t stream) {
+  static const char caller[] = "ncclReduceScatter";
+  struct weft_redop_use use;
+  size_t total;
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
+  WEFT_CHECK(check_total(caller, "recvcount", recvcount, comm, &total));
+  WEFT_CHECK(check_buffer(caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
+                          datatype));
+  WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, recvcount, datatype));
+  struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype,
+                           op,                      0};
+  return coll_submit(comm, &coll, &use);
+}
+WEFT_ALIAS(ncclReduceScatter)
+
+/* Broadcast: sendbuff is read only at the root. */
+WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  static const char caller[] = "ncclBroadcast";
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_root(caller, root, comm));
+  WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, count, datatype));
+  if (comm->rank == root)
+    WEFT_CHECK(check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype));
+  struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
+                           ncclSum,             root};
+  return coll_submit(comm, &coll, NULL);
+}
+WEFT_ALIAS(ncclBroadcast)
+
+/* The in-place broadcast of NCCL 1. */
+WEFT_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
+                                ncclComm_t comm, cudaStream_t stream) {
+  static const char caller[] = "ncclBcast";
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_root(caller, root, comm));
+  WEFT_CHECK(check_buffer(caller, "buff", buff, count, datatype));
+  struct weft_coll coll = {WEFT_FUNC_BROADCAST, buff, buff, count, datatype, ncclSum, root};
+  return coll_submit(comm, &coll, NULL);
+}
+WEFT_ALIAS(ncclBcast)
+
+/* Reduce: recvbuff is written only at the root. */
+WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  static const char caller[] = "ncclReduce";
+  struct weft_redop_use use;
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
+  WEFT_CHECK(check_root(caller, root, comm));
+  WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, count, datatype));
+  if (comm->rank == root)
+    WEFT_CHECK(check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype));
+  struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
+  return coll_submit(comm, &coll, &use);
+}
+WEFT_ALIAS(ncclReduce)

@@ -1,19 +1,32 @@
 /* Group semantics: between ncclGroupStart and ncclGroupEnd a thread's calls
  * are collected; ncclGroupEnd hands each communicator its operations, then
  * waits for all of them, so one thread can drive every rank of
- * ncclCommInitAll. A call outside a group is a group of one. */
+ * ncclCommInitAll. A call outside a group is a group of one.
+ *
+ * At the end of a group, per communicator in the order they first appear:
+ * each collective, in call order, is tuned, planned and queued as one task;
+ * then all the group's sends and receives on that communicator form one
+ * more task, so they progress together whatever order the ranks issued them
+ * in. ncclGroupSimulateEnd does the tuning only and sums its estimates. */
 #include "api/group.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/alias.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "exec/host.h"
+#include "exec/reduce.h"
+#include "sched/tuning.h"
+
+#define SIM_INFO_MAGIC 0x74685283u
 
 struct group_task {
   struct ncclComm *comm;
   struct weft_coll coll;
+  struct weft_redop_use redop; /* stays here until the group has finished */
 };
 
 static _Thread_local int group_depth;
@@ -52,7 +65,8 @@ static ncclResult_t finish_inits(void) {
   return res;
 }
 
-static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll) {
+static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll,
+                              const struct weft_redop_use *use) {
   if (ntasks == cap_tasks) {
     size_t cap = cap_tasks ? cap_tasks * 2 : 16;
     struct group_task *grown = realloc(tasks, cap * sizeof(*grown));
@@ -63,34 +77,171 @@ static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *col
     tasks = grown;
     cap_tasks = cap;
   }
-  tasks[ntasks++] = (struct group_task){comm, *coll};
+  struct group_task *t = &tasks[ntasks++];
+  t->comm = comm;
+  t->coll = *coll;
+  if (use != NULL)
+    t->redop = *use;
+  else
+    memset(&t->redop, 0, sizeof(t->redop));
   return ncclSuccess;
+}
+
+/* Freed, not kept, so a thread that ends leaves nothing behind. */
+static void clear_tasks(void) {
+  free(tasks);
+  tasks = NULL;
+  ntasks = cap_tasks = 0;
+}
+
+static int is_p2p(const struct group_task *t) {
+  return t->coll.func == WEFT_FUNC_SEND || t->coll.func == WEFT_FUNC_RECV;
+}
+
+/* The ring order of comm's schedules, made once: ranks in order (until
+ * topology-aware rings arrive, the ring is rank+1 -> rank). */
+static ncclResult_t comm_ring(struct ncclComm *comm, const int **ring_out) {
+  if (comm->ring_order == NULL) {
+    int *ring = malloc((size_t)comm->nranks * sizeof(*ring));
+    if (ring == NULL) {
+      WARN("rank %d: out of memory for the ring order of %d ranks", comm->rank, comm->nranks);
+      return ncclSystemError;
+    }
+    for (int i = 0; i < comm->nranks; i++) ring[i] = i;
+    comm->ring_order = ring;
+  }
+  *ring_out = comm->ring_order;
+  return ncclSuccess;
+}
+
+/* Bytes a collective's caller buffer holds: count elements (per rank for
+ * AllGather/ReduceScatter). */
+static size_t coll_bytes(const struct weft_coll *coll) {
+  return coll->count * weft_dtype_size(coll->datatype);
+}
+
+/* Tunes, plans and queues one collective on its communicator. */
+static ncclResult_t enqueue_coll(struct group_task *t) {
+  struct ncclComm *comm = t->comm;
+  const struct weft_coll *coll = &t->coll;
+  size_t elem = weft_dtype_size(coll->datatype);
+  struct weft_tuning tune;
+  const int *ring;
+  WEFT_CHECK(weft_tune(comm, coll->func, coll_bytes(coll), elem, &tune));
+  WEFT_CHECK(comm_ring(comm, &ring));
+  struct weft_sched_args args = {
+      .func = coll->func,
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .root = coll->root,
+      .count = coll->count,
+      .elem_size = elem,
+      .nchannels = tune.nchannels,
+      .chunk_bytes = tune.chunk_bytes,
+      .ring = ring,
+  };
+  struct weft_host_task task;
+  memset(&task, 0, sizeof(task));
+  task.coll = *coll;
+  task.nbufs = 2;
+  task.bufs = malloc(2 * sizeof(*task.bufs));
+  if (task.bufs == NULL) {
+    WARN("rank %d: out of memory queuing %s", comm->rank, weft_func_name(coll->func));
+    return ncclSystemError;
+  }
+  task.bufs[WEFT_BUF_IN] = (void *)(uintptr_t)coll->sendbuff;
+  task.bufs[WEFT_BUF_OUT] = coll->recvbuff;
+  ncclResult_t res = tune.algo == WEFT_ALGO_TREE ? weft_tree_plan(&args, &task.plan)
+                                                 : weft_ring_plan(&args, &task.plan);
+  if (res != ncclSuccess) {
+    free(task.bufs);
+    WEFT_CHECK(res);
+  }
+  if (t->redop.premul_sum) {
+    /* The engine scales the input by the scalar, then sums. */
+    task.coll.op = ncclSum;
+    task.premul_sum = 1;
+    task.premul_scalar = t->redop.scalar_ptr ? t->redop.scalar_ptr : t->redop.value;
+  }
+  comm->op_seq++;
+  return weft_host_engine_enqueue(comm, &task);
+}
+
+/* Queues every send and receive of comm in the group as one task. */
+static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops) {
+  struct weft_host_task task;
+  memset(&task, 0, sizeof(task));
+  task.is_p2p = 1;
+  task.coll.func = WEFT_FUNC_SEND;
+  task.nbufs = (int)nops;
+  task.bufs = malloc(nops * sizeof(*task.bufs));
+  task.p2p = malloc(nops * sizeof(*task.p2p));
+  if (task.bufs == NULL || task.p2p == NULL || nops > INT32_MAX) {
+    WARN("rank %d: cannot queue %zu grouped sends/receives (out of memory)", comm->rank, nops);
+    free(task.bufs);
+    free(task.p2p);
+    return ncclSystemError;
+  }
+  size_t k = 0;
+  for (size_t i = first; i < ntasks && k < nops; i++) {
+    const struct group_task *t = &tasks[i];
+    if (t->comm != comm || !is_p2p(t)) continue;
+    int send = t->coll.func == WEFT_FUNC_SEND;
+    task.bufs[k] = send ? (void *)(uintptr_t)t->coll.sendbuff : t->coll.recvbuff;
+    task.p2p[k] = (struct weft_p2p){t->coll.root, send, coll_bytes(&t->coll)};
+    k++;
+  }
+  ncclResult_t res = weft_p2p_plan(comm->rank, task.p2p, (int)nops, &task.plan);
+  if (res != ncclSuccess) {
+    free(task.bufs);
+    free(task.p2p);
+    WEFT_CHECK(res);
+  }
+  return weft_host_engine_enqueue(comm, &task);
+}
+
+/* Queues the group's operations on the communicator first seen at tasks[first]. */
+static ncclResult_t enqueue_comm(size_t first) {
+  struct ncclComm *comm = tasks[first].comm;
+  size_t np2p = 0;
+  for (size_t i = first; i < ntasks; i++) {
+    if (tasks[i].comm != comm) continue;
+    if (is_p2p(&tasks[i])) {
+      np2p++;
+      continue;
+    }
+    WEFT_CHECK(enqueue_coll(&tasks[i]));
+  }
+  if (np2p > 0) WEFT_CHECK(enqueue_p2p(comm, first, np2p));
+  return ncclSuccess;
+}
+
+static int comm_seen_before(size_t i) {
+  for (size_t j = 0; j < i; j++)
+    if (tasks[j].comm == tasks[i].comm) return 1;
+  return 0;
 }
 
 /* Hands every task to its engine, then waits for each communicator once. */
 static ncclResult_t launch_tasks(void) {
   ncclResult_t res = ncclSuccess;
   for (size_t i = 0; i < ntasks; i++) {
-    ncclResult_t r = weft_host_engine_enqueue(tasks[i].comm, &tasks[i].coll);
-    tasks[i].comm->op_seq++;
+    if (comm_seen_before(i)) continue;
+    ncclResult_t r = enqueue_comm(i);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
   for (size_t i = 0; i < ntasks; i++) {
-    int seen = 0;
-    for (size_t j = 0; j < i && !seen; j++) seen = tasks[j].comm == tasks[i].comm;
-    if (seen) continue;
+    if (comm_seen_before(i)) continue;
     ncclResult_t r = weft_host_engine_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
-  /* Freed, not kept, so a thread that ends leaves nothing behind. */
-  free(tasks);
-  tasks = NULL;
-  ntasks = cap_tasks = 0;
+  clear_tasks();
   return res;
 }
 
-ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll) {
-  WEFT_CHECK(push_task(comm, coll));
+ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll,
+                            const struct weft_redop_use *use) {
+  WEFT_CHECK(push_task(comm, coll, use));
   if (group_depth > 0) return ncclSuccess;
   return launch_tasks();
 }
@@ -112,3 +263,61 @@ WEFT_API ncclResult_t ncclGroupEnd(void) {
   return res != ncclSuccess ? res : r;
 }
 WEFT_ALIAS(ncclGroupEnd)
+
+static ncclResult_t sim_info_check(const ncclSimInfo_t *info) {
+  static const char caller[] = "ncclGroupSimulateEnd";
+  size_t need = offsetof(ncclSimInfo_t, estimatedTime) + sizeof(info->estimatedTime);
+  if (info == NULL) {
+    WARN("%s: simInfo is NULL, expected an ncclSimInfo_t set to NCCL_SIM_INFO_INITIALIZER",
+         caller);
+    return ncclInvalidArgument;
+  }
+  if (info->magic != SIM_INFO_MAGIC) {
+    WARN("%s: simInfo->magic is 0x%x, expected 0x%x: initialize it with "
+         "NCCL_SIM_INFO_INITIALIZER", caller, info->magic, SIM_INFO_MAGIC);
+    return ncclInvalidArgument;
+  }
+  if (info->size < need) {
+    WARN("%s: simInfo->size is %zu, expected at least %zu (an ncclSimInfo_t)", caller,
+         info->size, need);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* The model's time for the whole group: the sum over its operations. */
+static ncclResult_t group_estimate(float *us_out) {
+  float total = 0;
+  for (size_t i = 0; i < ntasks; i++) {
+    const struct weft_coll *coll = &tasks[i].coll;
+    struct weft_tuning tune;
+    size_t elem = weft_dtype_size(coll->datatype);
+    WEFT_CHECK(weft_tune(tasks[i].comm, coll->func, coll_bytes(coll), elem, &tune));
+    total += tune.estimated_us;
+  }
+  *us_out = total;
+  return ncclSuccess;
+}
+
+/* Like ncclGroupEnd, but the operations are only estimated, never run; the
+ * group is cleared either way. Communicators created in the group are
+ * finished, as they would be. */
+WEFT_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
+  WEFT_CHECK(sim_info_check(simInfo));
+  if (group_depth == 0) {
+    WARN("ncclGroupSimulateEnd: called without a matching ncclGroupStart");
+    return ncclInvalidUsage;
+  }
+  if (--group_depth > 0) {
+    simInfo->estimatedTime = 0;
+    return ncclSuccess;
+  }
+  float us = 0;
+  ncclResult_t res = group_estimate(&us);
+  clear_tasks();
+  ncclResult_t r = finish_inits();
+  if (res == ncclSuccess) res = r;
+  if (res == ncclSuccess) simInfo->estimatedTime = us;
+  return res;
+}
+WEFT_ALIAS(ncclGroupSimulateEnd)

@@ -3,13 +3,16 @@
 #define WEFT_API_GROUP_H
 
 #include "nccl.h"
+#include "api/redop.h"
 #include "sched/schedule.h"
 
 struct ncclComm;
 
-/* Adds one checked operation; outside a group it runs at once and this
- * returns when it has finished. */
-ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll);
+/* Adds one checked operation (a collective, or a send/recv with the peer in
+ * coll->root); use is its operator (NULL: a built-in one or none). Outside
+ * a group it runs at once and this returns when it has finished. */
+ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll,
+                            const struct weft_redop_use *use);
 
 /* Nesting depth of ncclGroupStart in the calling thread. */
 int weft_group_depth(void);

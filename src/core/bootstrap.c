@@ -4,6 +4,7 @@
  * own socket behind a gate (bootstrap_gate.c) that admits only connections
  * presenting the id's secret. Every wait ends by WEFT_TIMEOUT or abort. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,9 @@ struct weft_bootstrap {
   int *recv_fd;               /* per peer: its connection to us */
   struct stash *stash_head;
   struct stash **stash_tail;
+  /* Serialises messages and collectives: the host engine's worker connects
+   * links over the bootstrap while the user's thread may split. */
+  pthread_mutex_t lock;
 };
 
 ncclResult_t weft_random_u64(uint64_t *out) {
@@ -198,6 +202,7 @@ static ncclResult_t bs_alloc(int rank, int nranks, uint64_t secret, struct weft_
   b->timeout_s = (int)weft_param_int(WEFT_PARAM_TIMEOUT);
   b->ring_send_fd = b->ring_recv_fd = -1;
   b->stash_tail = &b->stash_head;
+  pthread_mutex_init(&b->lock, NULL);
   b->gate.listen_fd = -1;
   b->addrs = addrs;
   b->send_fd = send_fd;
@@ -302,7 +307,7 @@ fail:
 
 /* ---- Collectives ----------------------------------------------------------- */
 
-ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_t size) {
+static ncclResult_t bs_allgather(struct weft_bootstrap *b, void *all, size_t size) {
   char *base = all;
   int n = b->nranks;
   int64_t deadline = weft_deadline_default();
@@ -313,6 +318,13 @@ ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_
                             size, deadline));
   }
   return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_t size) {
+  pthread_mutex_lock(&b->lock);
+  ncclResult_t res = bs_allgather(b, all, size);
+  pthread_mutex_unlock(&b->lock);
+  return res;
 }
 
 ncclResult_t weft_bootstrap_barrier(struct weft_bootstrap *b) {
@@ -386,8 +398,8 @@ static ncclResult_t copy_to_stash(struct weft_bootstrap *b, int tag, const void 
   return res;
 }
 
-ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
-                                 size_t size) {
+static ncclResult_t bs_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
+                           size_t size) {
   WEFT_CHECK(check_peer(b, peer, "send to"));
   if (peer == b->rank) return copy_to_stash(b, tag, data, size);
   char what[64];
@@ -401,6 +413,14 @@ ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, co
     res = bs_xfer(b, b->send_fd[peer], 1, (void *)data, size, deadline, what);
   /* Half a message would desynchronise the stream: start afresh next time. */
   if (res != ncclSuccess) weft_socket_close(&b->send_fd[peer]);
+  return res;
+}
+
+ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
+                                 size_t size) {
+  pthread_mutex_lock(&b->lock);
+  ncclResult_t res = bs_send(b, peer, tag, data, size);
+  pthread_mutex_unlock(&b->lock);
   return res;
 }
 
@@ -444,8 +464,8 @@ static ncclResult_t read_one(struct weft_bootstrap *b, int peer, int tag, void *
   return res;
 }
 
-ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
-                                 size_t size) {
+static ncclResult_t bs_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
+                           size_t size) {
   int found;
   WEFT_CHECK(check_peer(b, peer, "recv from"));
   WEFT_CHECK(stash_take(b, peer, tag, data, size, &found));
@@ -458,6 +478,14 @@ ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, vo
   WEFT_CHECK(wait_peer_conn(b, peer, tag, deadline));
   for (int done = 0; !done;) WEFT_CHECK(read_one(b, peer, tag, data, size, deadline, &done));
   return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
+                                 size_t size) {
+  pthread_mutex_lock(&b->lock);
+  ncclResult_t res = bs_recv(b, peer, tag, data, size);
+  pthread_mutex_unlock(&b->lock);
+  return res;
 }
 
 /* ---- Teardown ------------------------------------------------------------- */
@@ -484,5 +512,6 @@ void weft_bootstrap_destroy(struct weft_bootstrap *b) {
   free(b->send_fd);
   free(b->recv_fd);
   free(b->addrs);
+  pthread_mutex_destroy(&b->lock);
   free(b);
 }

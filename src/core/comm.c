@@ -1,6 +1,6 @@
-/* The communicator's life: create (bootstrap, peer exchange, ring
- * connections, engine), finalize, free. The API layer has checked the
- * arguments; this file assumes they are sane. */
+/* The communicator's life: create (bootstrap, peer exchange, engine),
+ * finalize, free. The API layer has checked the arguments; this file
+ * assumes they are sane. */
 #include "core/comm.h"
 
 #include <stdio.h>
@@ -96,7 +96,8 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   WEFT_CHECK(exchange_peer_info(comm));
   comm->ring_next = (comm->rank + 1) % comm->nranks;
   comm->ring_prev = (comm->rank + comm->nranks - 1) % comm->nranks;
-  WEFT_CHECK(weft_comm_connect_ring(comm));
+  /* Data links are made when the first task needs them (core/connect.c),
+   * so init costs no connections. */
   WEFT_CHECK(weft_host_engine_create(comm));
   INFO(WEFT_INIT, "comm %p rank %d nranks %d cudaDev %d engine %s commId 0x%llx - Init COMPLETE",
        (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
@@ -199,6 +200,8 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   weft_comm_disconnect(comm);
   weft_bootstrap_destroy(comm->bootstrap);
   free(comm->peers);
+  free(comm->redops);
+  free(comm->ring_order);
   comm->magic = 0;
   free(comm);
 }

@@ -21,8 +21,13 @@ struct weft_peer_info {
 };
 
 struct weft_conn;
+struct weft_channel_conns;
+
+/* Channels a communicator may connect (lanes of a plan name one each). */
+#define WEFT_MAX_CHANNELS 32
 struct weft_bootstrap;
 struct weft_host_engine;
+struct weft_redop;
 
 struct ncclComm {
   uint64_t magic;
@@ -39,10 +44,18 @@ struct ncclComm {
   /* The ring: this rank sends to ring_next and receives from ring_prev. */
   int ring_next;
   int ring_prev;
-  struct weft_conn *ring_send;
-  struct weft_conn *ring_recv;
+  /* Data connections, made when a task first needs them (core/connect.c):
+   * per channel (allocated on first use) a send and a recv conn per peer. */
+  struct weft_channel_conns *channels[WEFT_MAX_CHANNELS];
+  int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
   struct weft_host_engine *host;
+
+  /* PreMulSum operators (api/redop.c): op ncclNumOps + i is redops[i]. */
+  struct weft_redop *redops;
+  int nredops;
+  /* Ring order the schedules use: ring_order[i] is the rank at position i. */
+  int *ring_order;
 
   /* Collectives issued, in order; every rank counts the same sequence. */
   uint64_t op_seq;

@@ -73,7 +73,7 @@ static void open_log_file(const char *pattern) {
   path[n] = '\0';
   FILE *f = fopen(path, "a");
   if (f == NULL) {
-    fprintf(stderr, "%s:%d weft WARN NCCL_DEBUG_FILE=%s cannot be opened; logging to stderr\n",
+    fprintf(stdout, "%s:%d weft WARN NCCL_DEBUG_FILE=%s cannot be opened; logging to stdout\n",
             host_name, (int)getpid(), path);
     return;
   }
@@ -150,7 +150,7 @@ void weft_log(enum weft_log_level level, unsigned long subsys, const char *file,
   else
     snprintf(head, sizeof(head), "%s:%d:%d", host_name, (int)getpid(), tid);
   pthread_mutex_lock(&log_lock);
-  FILE *out = log_file ? log_file : stderr;
+  FILE *out = log_file ? log_file : stdout; /* as NCCL: logs go to stdout unless NCCL_DEBUG_FILE */
   if (level == WEFT_LOG_TRACE)
     fprintf(out, "%s weft TRACE %s:%d %s\n", head, file, line, msg);
   else

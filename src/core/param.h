@@ -14,19 +14,30 @@
   X(CHUNK, "WEFT_CHUNK_SIZE", 0, "pipeline chunk bytes (0: chosen by size)")        \
   X(SPIN, "WEFT_SPIN", 2000, "polls a wait spins before it yields, then sleeps")    \
   X(SHM_DISABLE, "NCCL_SHM_DISABLE", 0, "1: no shared memory between ranks")        \
+  X(P2P_DISABLE, "NCCL_P2P_DISABLE", 0, "1: no GPU peer-to-peer between GPUs")       \
   X(SHM_SLOTS, "WEFT_SHM_SLOTS", 8, "slots per shared-memory connection")           \
   X(SHM_SLOT_BYTES, "WEFT_SHM_SLOT_BYTES", 0, "shm slot bytes (0: BUFFSIZE/slots)") \
   X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")        \
-  X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)")
+  X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)") \
+  X(CHECK_MISMATCH, "WEFT_CHECK_MISMATCH", 1,                                              \
+    "1: ranks compare each collective call first (mismatch: ncclInvalidUsage); "          \
+    "0: skip it for the lowest latency (a mismatch then times out or corrupts)")           \
+  X(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", 1, "fewest channels a collective uses")         \
+  X(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", 2, "most channels a collective uses")
 
 /* X(id, env name, default, help) for string parameters (NULL: unset). */
 #define WEFT_STR_PARAMS(X)                                                          \
   X(COMM_ID, "NCCL_COMM_ID", NULL, "host:port of the bootstrap root")               \
   X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", NULL, "interfaces to use (prefix, ^excl)")  \
+  X(P2P_LEVEL, "NCCL_P2P_LEVEL", NULL, "p2p up to LOC/NVL/PIX/PXB/PHB/SYS or 0..5")   \
+  X(TOPO_FILE, "NCCL_TOPO_FILE", NULL, "NCCL topology XML to use instead of detecting") \
+  X(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", NULL, "write the topology found as XML")    \
   X(DEVICE, "WEFT_DEVICE", NULL, "cpu: run every rank on host buffers")             \
   X(DEBUG, "NCCL_DEBUG", NULL, "VERSION, WARN, INFO or TRACE")                      \
   X(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", NULL, "INIT,COLL,NET,ENV,... or ^excl")       \
-  X(DEBUG_FILE, "NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid")
+  X(DEBUG_FILE, "NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid")                \
+  X(ALGO, "NCCL_ALGO", NULL, "algorithms: Ring,Tree, ^excl, or allreduce:tree;...")  \
+  X(PROTO, "NCCL_PROTO", NULL, "protocols: Simple,LL,LL128 or ^excl (host: Simple)")
 
 #define WEFT_PARAM_ENUM(id, env, def, help) WEFT_PARAM_##id,
 enum weft_int_param { WEFT_INT_PARAMS(WEFT_PARAM_ENUM) WEFT_INT_PARAM_COUNT };

@@ -1,240 +1,146 @@
-/* The host engine: a worker thread per communicator runs the collectives
- * queued on it, in order, over host buffers. enqueue copies the call into a
- * growable queue and returns; wait sleeps until the queue drains. The first
- * failure poisons the engine and the communicator: what is queued after it
- * is dropped, later enqueues fail at once, and every wait returns it.
+/* The host engine: the tasks queued on a communicator run in order, one at
+ * a time, over host buffers (host_task.c runs one). enqueue puts a task on
+ * a growable queue and returns; wait returns when every task queued before
+ * it has finished. The first failure poisons the engine and the
+ * communicator: what is queued after it is dropped, later enqueues fail at
+ * once, and every wait returns it. Misuse the ranks detect together (a call
+ * the ranks disagree on, a send/recv size mismatch) is not a failure: the
+ * next wait returns ncclInvalidUsage and the communicator stays usable.
  *
- * A step of a schedule runs as one weft_conn_sendrecv, so the send to the
- * ring successor and the receive from the predecessor progress together.
- * A reducing receive is cut into pieces that land in a small scratch buffer
- * and are reduced into the output while the next piece is already on its
- * way through the socket buffers; a copying receive lands straight in the
- * output, and sends go straight from the user's buffers (the first
- * reduce-scatter step from the input), so no data is copied twice. */
+ * Who runs a task: whichever thread takes the queue first, the
+ * communicator's worker thread or a thread that waits on it (a waiter has
+ * nothing better to do, and running the task itself saves two thread
+ * wake-ups per call, most of a small call's time). The worker is what runs
+ * tasks nobody waits on yet, as when one thread drives several
+ * communicators in a group: enqueue wakes a sleeping worker lazily, when
+ * the thread turns to another communicator or waits on another one, so a
+ * single communicator's call makes no system call at all. Spinning waits
+ * yield the CPU between polls so an oversubscribed host keeps moving. */
 #include "exec/host.h"
 
-#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
 #include "core/param.h"
-#include "exec/reduce.h"
-#include "transport/socket.h"
+#include "exec/host_internal.h"
 #include "transport/transport.h"
 
-/* A reducing receive lands in pieces of this size (a multiple of every
- * element size), small enough to stay in cache until reduced. */
-#define HOST_PIECE_BYTES (256u * 1024u)
-/* Slice size per rank when WEFT_CHUNK_SIZE is 0: the message's share, but at
- * least this (fewer, larger steps for small messages) ... */
-#define HOST_CHUNK_MIN_BYTES (512u * 1024u)
-/* ... and at most this, so a reduced slice is sent on while still warm. */
-#define HOST_CHUNK_MAX_BYTES (4u * 1024u * 1024u)
+/* The engine this thread last queued to without waking its worker. */
+static _Thread_local struct weft_host_engine *host_deferred;
 
-struct weft_host_engine {
-  struct ncclComm *comm;
-  pthread_t thread;
-  pthread_mutex_t lock;
-  pthread_cond_t work_cv; /* the worker sleeps here for work or stop */
-  pthread_cond_t idle_cv; /* waiters sleep here for the queue to drain */
-
-  /* Under lock. */
-  struct weft_coll *queue; /* circular: count items from head */
-  size_t cap, head, count;
-  int busy; /* the worker is running an item it took off the queue */
-  int stop;
-  ncclResult_t error; /* the first failure; sticky */
-
-  /* The worker's own. */
-  void *tmp;
-  uint64_t seq;               /* collectives run, for messages */
-  struct weft_schedule sched; /* the last schedule, reused for equal calls */
-  size_t sched_count, sched_chunk;
-  int sched_valid;
-};
-
-/* ---- Running one all-reduce ------------------------------------------------ */
-
-struct host_call {
-  struct ncclComm *comm;
-  const struct weft_coll *coll;
-  char *in, *out;
-  size_t esize;
-};
-
-static size_t host_chunk_elems(const struct ncclComm *comm, size_t count, size_t esize) {
-  int64_t param = weft_param_int(WEFT_PARAM_CHUNK);
-  size_t bytes;
-  if (param > 0) {
-    bytes = (size_t)param;
-  } else {
-    bytes = count / (size_t)comm->nranks * esize;
-    if (bytes < HOST_CHUNK_MIN_BYTES) bytes = HOST_CHUNK_MIN_BYTES;
-    if (bytes > HOST_CHUNK_MAX_BYTES) bytes = HOST_CHUNK_MAX_BYTES;
-  }
-  return bytes / esize ? bytes / esize : 1;
+static void host_task_release(struct weft_host_task *task) {
+  weft_plan_free(&task->plan);
+  free(task->bufs);
+  free(task->p2p);
+  task->bufs = NULL;
+  task->p2p = NULL;
 }
 
-static void host_postop(const struct host_call *c, const struct weft_step *st, char *dst,
-                        size_t count) {
-  if ((st->flags & WEFT_STEP_POSTOP) && c->coll->op == ncclAvg)
-    weft_postop_avg_host(dst, count, c->coll->datatype, c->comm->nranks);
+/* Polls cond(h) up to WEFT_SPIN times; says whether it became true. */
+static int host_spin(struct weft_host_engine *h, int (*cond)(struct weft_host_engine *, uint64_t),
+                     uint64_t arg) {
+  int64_t spin = weft_param_int(WEFT_PARAM_SPIN);
+  for (int64_t i = 0; i < spin; i++) {
+    if (cond(h, arg)) return 1;
+    if (i >= h->spin_pure) sched_yield();
+  }
+  return cond(h, arg);
 }
 
-/* RECV + REDUCE: piece by piece into tmp, then out = local op tmp. */
-static ncclResult_t host_step_reduce(struct weft_host_engine *h, const struct host_call *c,
-                                     const struct weft_step *st, struct weft_conn *send,
-                                     const char *sbuf) {
-  size_t bytes = st->count * c->esize;
-  char *dst = c->out + st->recv_off * c->esize;
-  const char *local = (st->local_buf == WEFT_BUF_IN ? c->in : c->out) + st->recv_off * c->esize;
-  for (size_t off = 0; off < bytes; off += HOST_PIECE_BYTES) {
-    size_t n = bytes - off < HOST_PIECE_BYTES ? bytes - off : HOST_PIECE_BYTES;
-    WEFT_CHECK(weft_conn_sendrecv(send, sbuf ? sbuf + off : NULL, n, c->comm->ring_recv, h->tmp, n,
-                                  weft_deadline_default()));
-    weft_reduce_host(dst + off, local + off, h->tmp, n / c->esize, c->coll->datatype, c->coll->op);
-    host_postop(c, st, dst + off, n / c->esize);
-  }
-  return ncclSuccess;
+static int host_has_work(struct weft_host_engine *h, uint64_t unused) {
+  (void)unused;
+  return atomic_load_explicit(&h->queued, memory_order_acquire) !=
+             atomic_load_explicit(&h->finished, memory_order_relaxed) &&
+         !atomic_load_explicit(&h->running, memory_order_relaxed);
 }
 
-static ncclResult_t host_run_step(struct weft_host_engine *h, const struct host_call *c,
-                                  const struct weft_step *st) {
-  struct ncclComm *comm = c->comm;
-  size_t bytes = st->count * c->esize;
-  if (st->flags & WEFT_STEP_LOCAL) {
-    char *dst = c->out + st->recv_off * c->esize;
-    if (c->in != c->out) memcpy(dst, c->in + st->recv_off * c->esize, bytes);
-    host_postop(c, st, dst, st->count);
-    return ncclSuccess;
-  }
-  if (((st->flags & WEFT_STEP_SEND) && st->send_peer != comm->ring_next) ||
-      ((st->flags & WEFT_STEP_RECV) && st->recv_peer != comm->ring_prev)) {
-    WARN("rank %d: schedule step names peers %d/%d off the ring %d -> %d -> %d", comm->rank,
-         st->recv_peer, st->send_peer, comm->ring_prev, comm->rank, comm->ring_next);
-    return ncclInternalError;
-  }
-  struct weft_conn *send = (st->flags & WEFT_STEP_SEND) ? comm->ring_send : NULL;
-  const char *sbuf = NULL;
-  if (send) sbuf = (st->send_buf == WEFT_BUF_IN ? c->in : c->out) + st->send_off * c->esize;
-  if ((st->flags & WEFT_STEP_RECV) && (st->flags & WEFT_STEP_REDUCE))
-    return host_step_reduce(h, c, st, send, sbuf);
-  if (st->flags & WEFT_STEP_RECV) {
-    char *dst = c->out + st->recv_off * c->esize;
-    WEFT_CHECK(weft_conn_sendrecv(send, sbuf, bytes, comm->ring_recv, dst, bytes,
-                                  weft_deadline_default()));
-    host_postop(c, st, dst, st->count);
-    return ncclSuccess;
-  }
-  return weft_conn_sendrecv(send, sbuf, bytes, NULL, NULL, 0, weft_deadline_default());
+static int host_reached(struct weft_host_engine *h, uint64_t target) {
+  return atomic_load_explicit(&h->finished, memory_order_acquire) >= target;
 }
 
-/* The schedule for count elements: the cached one if the call matches. */
-static ncclResult_t host_schedule(struct weft_host_engine *h, size_t count, size_t chunk,
-                                  const struct weft_schedule **out) {
-  struct ncclComm *comm = h->comm;
-  if (!h->sched_valid || h->sched_count != count || h->sched_chunk != chunk) {
-    weft_schedule_free(&h->sched);
-    h->sched_valid = 0;
-    /* The ring is in rank order, so a rank's ring position is its rank. */
-    WEFT_CHECK(weft_ring_schedule_allreduce(comm->rank, comm->nranks, comm->ring_prev,
-                                            comm->ring_next, count, chunk, &h->sched));
-    h->sched_count = count, h->sched_chunk = chunk, h->sched_valid = 1;
+/* Under lock, with `running` set by the caller: runs what is queued. */
+static void host_drain(struct weft_host_engine *h) {
+  while (h->count > 0) {
+    struct weft_host_task task = h->queue[h->head];
+    h->head = (h->head + 1) % h->cap;
+    h->count--;
+    ncclResult_t poisoned = h->error;
+    pthread_mutex_unlock(&h->lock);
+    /* After a failure the peers have given up on this sequence too: drop. */
+    ncclResult_t usage = ncclSuccess;
+    ncclResult_t res = poisoned == ncclSuccess ? weft__host_task_run(h, &task, &usage) : poisoned;
+    host_task_release(&task);
+    pthread_mutex_lock(&h->lock);
+    if (res != ncclSuccess && h->error == ncclSuccess) {
+      h->error = res;
+      weft_comm_set_error(h->comm, res);
+    }
+    if (usage != ncclSuccess && h->usage == ncclSuccess) h->usage = usage;
+    atomic_store_explicit(&h->finished, atomic_load(&h->finished) + 1, memory_order_release);
+    if (h->waiters > 0) pthread_cond_broadcast(&h->idle_cv);
   }
-  *out = &h->sched;
-  return ncclSuccess;
 }
 
-static ncclResult_t host_run_allreduce(struct weft_host_engine *h, const struct weft_coll *coll) {
-  struct ncclComm *comm = h->comm;
-  struct host_call c = {comm, coll, (char *)coll->sendbuff, coll->recvbuff,
-                        weft_dtype_size(coll->datatype)};
-  if (coll->count == 0) return ncclSuccess;
-  if (comm->nranks > 1 && (comm->ring_next != (comm->rank + 1) % comm->nranks ||
-                           comm->ring_send == NULL || comm->ring_recv == NULL)) {
-    WARN("rank %d: the host engine needs a connected ring in rank order (next %d)", comm->rank,
-         comm->ring_next);
-    return ncclInternalError;
+/* Under lock: waits until there is a task nobody runs, or stop. */
+static void host_worker_idle(struct weft_host_engine *h) {
+  while ((h->count == 0 || atomic_load(&h->running)) && !h->stop) {
+    pthread_mutex_unlock(&h->lock);
+    host_spin(h, host_has_work, 0);
+    pthread_mutex_lock(&h->lock);
+    if ((h->count != 0 && !atomic_load(&h->running)) || h->stop) break;
+    h->worker_sleeping = 1;
+    pthread_cond_wait(&h->work_cv, &h->lock);
+    h->worker_sleeping = 0;
   }
-  const struct weft_schedule *s;
-  WEFT_CHECK(host_schedule(h, coll->count, host_chunk_elems(comm, coll->count, c.esize), &s));
-  for (size_t i = 0; i < s->nsteps; i++) WEFT_CHECK(host_run_step(h, &c, &s->steps[i]));
-  return ncclSuccess;
 }
-
-static ncclResult_t host_run(struct weft_host_engine *h, const struct weft_coll *coll) {
-  uint64_t seq = ++h->seq;
-  ncclResult_t res = host_run_allreduce(h, coll);
-  if (res != ncclSuccess)
-    INFO(WEFT_COLL, "rank %d: ncclAllReduce #%llu (%zu x %s, %s) failed with error %d",
-         h->comm->rank, (unsigned long long)seq, coll->count, weft_dtype_name(coll->datatype),
-         weft_op_name(coll->op), (int)res);
-  return res;
-}
-
-/* ---- The worker and its queue ----------------------------------------------- */
 
 static void *host_worker_main(void *arg) {
   struct weft_host_engine *h = arg;
   weft_log_set_rank(h->comm->rank);
   pthread_mutex_lock(&h->lock);
   for (;;) {
-    while (h->count == 0 && !h->stop) pthread_cond_wait(&h->work_cv, &h->lock);
-    if (h->count == 0) break; /* stop, and nothing left */
-    struct weft_coll coll = h->queue[h->head];
-    h->head = (h->head + 1) % h->cap;
-    h->count--;
-    h->busy = 1;
-    ncclResult_t poisoned = h->error;
-    pthread_mutex_unlock(&h->lock);
-    /* After a failure the peers have given up on this sequence too: drop. */
-    ncclResult_t res = poisoned == ncclSuccess ? host_run(h, &coll) : poisoned;
-    pthread_mutex_lock(&h->lock);
-    h->busy = 0;
-    if (res != ncclSuccess && h->error == ncclSuccess) {
-      h->error = res;
-      weft_comm_set_error(h->comm, res);
-    }
-    if (h->count == 0) pthread_cond_broadcast(&h->idle_cv);
+    host_worker_idle(h);
+    if (atomic_load(&h->running)) continue; /* only stop brought us here */
+    if (h->count == 0) break;               /* stop, and nothing left */
+    atomic_store(&h->running, 1);
+    host_drain(h);
+    atomic_store(&h->running, 0);
   }
   pthread_cond_broadcast(&h->idle_cv);
   pthread_mutex_unlock(&h->lock);
   return NULL;
 }
 
-/* Makes room for one more item, keeping the queue's order. Under lock. */
+/* Wakes h's worker if it sleeps while a task waits for a runner. */
+static void host_wake(struct weft_host_engine *h) {
+  pthread_mutex_lock(&h->lock);
+  if (h->worker_sleeping && h->count > 0) pthread_cond_signal(&h->work_cv);
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* A thread that moves on from the engine it queued to last makes sure a
+ * runner will come for those tasks. */
+static void host_flush_deferred(struct weft_host_engine *next) {
+  struct weft_host_engine *d = host_deferred;
+  host_deferred = NULL;
+  if (d != NULL && d != next) host_wake(d);
+}
+
+/* Makes room for one more task, keeping the queue's order. Under lock. */
 static ncclResult_t host_queue_grow(struct weft_host_engine *h) {
   size_t cap = h->cap ? h->cap * 2 : 16;
-  struct weft_coll *q = malloc(cap * sizeof(*q));
+  struct weft_host_task *q = malloc(cap * sizeof(*q));
   if (q == NULL) {
-    WARN("rank %d: out of memory queueing %zu host collectives", h->comm->rank, h->count + 1);
+    WARN("rank %d: out of memory queueing %zu host tasks", h->comm->rank, h->count + 1);
     return ncclSystemError;
   }
   for (size_t i = 0; i < h->count; i++) q[i] = h->queue[(h->head + i) % h->cap];
   free(h->queue);
   h->queue = q, h->cap = cap, h->head = 0;
-  return ncclSuccess;
-}
-
-static ncclResult_t host_check_coll(const struct ncclComm *comm, const struct weft_coll *coll) {
-  static const char *const names[] = {"ncclAllReduce", "ncclAllGather", "ncclReduceScatter",
-                                      "ncclBroadcast", "ncclReduce",    "ncclSend",
-                                      "ncclRecv"};
-  if (coll->func != WEFT_FUNC_ALLREDUCE) {
-    unsigned f = (unsigned)coll->func;
-    WARN("rank %d: %s is not supported by the host engine yet", comm->rank,
-         f < sizeof(names) / sizeof(names[0]) ? names[f] : "this collective");
-    return ncclInvalidUsage;
-  }
-  if (weft_dtype_size(coll->datatype) == 0 || (unsigned)coll->op >= ncclNumOps) {
-    WARN("rank %d: the host engine cannot reduce datatype %d with op %d (%s)", comm->rank,
-         (int)coll->datatype, (int)coll->op, weft_op_name(coll->op));
-    return ncclInvalidArgument;
-  }
   return ncclSuccess;
 }
 
@@ -247,49 +153,88 @@ static ncclResult_t host_engine_of(struct ncclComm *comm, struct weft_host_engin
   return ncclSuccess;
 }
 
-ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, const struct weft_coll *coll) {
+ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_task *task) {
   struct weft_host_engine *h;
-  WEFT_CHECK(host_engine_of(comm, &h));
-  WEFT_CHECK(host_check_coll(comm, coll));
+  ncclResult_t res = host_engine_of(comm, &h);
+  if (res != ncclSuccess) {
+    host_task_release(task);
+    return res;
+  }
+  host_flush_deferred(h);
   pthread_mutex_lock(&h->lock);
-  ncclResult_t res = h->error;
+  res = h->error;
   if (res != ncclSuccess) {
     INFO(WEFT_COLL, "rank %d: communicator failed earlier (error %d); call not run", comm->rank,
          (int)res);
   } else if (h->stop) {
-    WARN("rank %d: collective issued while the communicator is being destroyed", comm->rank);
+    WARN("rank %d: operation issued while the communicator is being destroyed", comm->rank);
     res = ncclInvalidUsage;
   } else if (h->count == h->cap && (res = host_queue_grow(h)) != ncclSuccess) {
     /* res holds the failure */
   } else {
-    h->queue[(h->head + h->count) % h->cap] = *coll;
+    h->queue[(h->head + h->count) % h->cap] = *task;
     h->count++;
-    pthread_cond_signal(&h->work_cv);
+    atomic_store_explicit(&h->queued, atomic_load(&h->queued) + 1, memory_order_release);
+    if (h->worker_sleeping) host_deferred = h;
+    task = NULL;
   }
   pthread_mutex_unlock(&h->lock);
+  if (task != NULL) host_task_release(task);
   return res;
 }
 
-/* Bounded because every step the worker runs is: it gives up at
- * WEFT_TIMEOUT without progress, or at once on abort. */
+/* Bounded because every task is: it gives up at WEFT_TIMEOUT without
+ * progress, or at once on abort. */
 ncclResult_t weft_host_engine_wait(struct ncclComm *comm) {
   struct weft_host_engine *h;
   WEFT_CHECK(host_engine_of(comm, &h));
+  host_flush_deferred(h);
+  uint64_t target = atomic_load_explicit(&h->queued, memory_order_acquire);
   pthread_mutex_lock(&h->lock);
-  while (h->count > 0 || h->busy) pthread_cond_wait(&h->idle_cv, &h->lock);
-  ncclResult_t res = h->error;
+  h->inside++;
+  while (!host_reached(h, target) && !h->stop) {
+    if (!atomic_load(&h->running) && h->count > 0) {
+      atomic_store(&h->running, 1);
+      weft_log_set_rank(comm->rank);
+      host_drain(h);
+      atomic_store(&h->running, 0);
+      if (h->worker_sleeping && h->count > 0) pthread_cond_signal(&h->work_cv);
+      continue;
+    }
+    pthread_mutex_unlock(&h->lock);
+    host_spin(h, host_reached, target);
+    pthread_mutex_lock(&h->lock);
+    if (host_reached(h, target) || h->stop || (!atomic_load(&h->running) && h->count > 0))
+      continue;
+    h->waiters++;
+    pthread_cond_wait(&h->idle_cv, &h->lock);
+    h->waiters--;
+  }
+  ncclResult_t res = h->error != ncclSuccess ? h->error : h->usage;
+  if (res == ncclSuccess && !host_reached(h, target)) {
+    WARN("rank %d: the communicator was destroyed while a call waited on it", comm->rank);
+    res = ncclInvalidUsage;
+  }
+  h->usage = ncclSuccess;
+  if (--h->inside == 0 && h->stop) pthread_cond_broadcast(&h->idle_cv);
   pthread_mutex_unlock(&h->lock);
   return res;
 }
 
 ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   struct weft_host_engine *h = calloc(1, sizeof(*h));
-  if (h == NULL || posix_memalign(&h->tmp, 64, HOST_PIECE_BYTES) != 0) {
+  if (h == NULL) {
     WARN("rank %d: out of memory for the host engine", comm->rank);
-    free(h);
     return ncclSystemError;
   }
   h->comm = comm;
+  int local = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  h->spin_pure = weft_spin_pure(local);
+  atomic_init(&h->queued, 0);
+  atomic_init(&h->finished, 0);
+  atomic_init(&h->running, 0);
   pthread_mutex_init(&h->lock, NULL);
   pthread_cond_init(&h->work_cv, NULL);
   pthread_cond_init(&h->idle_cv, NULL);
@@ -299,7 +244,6 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
     pthread_cond_destroy(&h->idle_cv);
     pthread_cond_destroy(&h->work_cv);
     pthread_mutex_destroy(&h->lock);
-    free(h->tmp);
     free(h);
     return ncclSystemError;
   }
@@ -307,22 +251,28 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   return ncclSuccess;
 }
 
-/* The worker finishes what is queued (each item ends by its deadline, or at
- * once when the communicator is aborted), then exits. */
+/* The worker finishes what is queued (each task ends by its deadline, or at
+ * once when the communicator is aborted), then exits; a thread still inside
+ * wait (running a task, or asleep) is let out before h is freed. */
 void weft_host_engine_destroy(struct ncclComm *comm) {
   struct weft_host_engine *h = comm->host;
   if (h == NULL) return;
+  if (host_deferred == h) host_deferred = NULL;
   pthread_mutex_lock(&h->lock);
   h->stop = 1;
   pthread_cond_signal(&h->work_cv);
   pthread_mutex_unlock(&h->lock);
   pthread_join(h->thread, NULL);
-  weft_schedule_free(&h->sched);
+  pthread_mutex_lock(&h->lock);
+  pthread_cond_broadcast(&h->idle_cv);
+  while (h->inside > 0) pthread_cond_wait(&h->idle_cv, &h->lock);
+  pthread_mutex_unlock(&h->lock);
+  for (size_t i = 0; i < h->count; i++) host_task_release(&h->queue[(h->head + i) % h->cap]);
+  weft__host_worker_free(&h->w);
   pthread_cond_destroy(&h->idle_cv);
   pthread_cond_destroy(&h->work_cv);
   pthread_mutex_destroy(&h->lock);
   free(h->queue);
-  free(h->tmp);
   free(h);
   comm->host = NULL;
 }

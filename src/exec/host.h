@@ -1,5 +1,5 @@
 /* The host engine: each host-rank communicator has a worker thread that runs
- * schedules on host buffers through the communicator's connections. */
+ * plans on host buffers through the communicator's connections. */
 #ifndef WEFT_EXEC_HOST_H
 #define WEFT_EXEC_HOST_H
 
@@ -8,11 +8,27 @@
 
 struct ncclComm;
 
+/* One unit of work: a collective, or a group's send/recv on one comm. */
+struct weft_host_task {
+  int is_p2p;
+  struct weft_coll coll; /* the collective as called (for p2p: unused) */
+  struct weft_plan plan; /* the engine owns it after enqueue */
+  int nbufs;
+  void **bufs;           /* bufs[i] is buffer index i of the plan; engine-owned */
+  struct weft_p2p *p2p;  /* the p2p ops (nbufs of them), for count checks; engine-owned */
+  int premul_sum;            /* coll.op is a PreMulSum: scale the input, then sum */
+  const void *premul_scalar; /* host pointer to a scalar of the datatype, read when the task starts */
+};
+
 /* Starts comm's worker; comm->host is set on success. */
 ncclResult_t weft_host_engine_create(struct ncclComm *comm);
-/* Queues one collective (arguments already checked); returns at once. */
-ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, const struct weft_coll *coll);
-/* Waits until everything queued has finished; returns the first error. */
+/* Queues one task (arguments already checked) and takes ownership of its
+ * plan, bufs and p2p arrays, also on failure; returns at once. */
+ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_task *task);
+/* Waits until everything queued has finished; returns the first error: a
+ * failure that broke the communicator (sticky), else the first misuse
+ * (ranks that disagreed on a call, mismatched send/recv sizes) since the
+ * last wait, which leaves the communicator usable. */
 ncclResult_t weft_host_engine_wait(struct ncclComm *comm);
 /* Stops the worker (after abort: without waiting for peers) and frees it. */
 void weft_host_engine_destroy(struct ncclComm *comm);

@@ -456,6 +456,47 @@ void weft_postop_avg_host(void *buf, size_t count, ncclDataType_t dt, int nranks
   div_table[dt](buf, count, nranks);
 }
 
+/* ---- PreMulSum's scaling ----------------------------------------------------- */
+
+/* dst = src * scalar, as NCCL's PreMulSum multiplies before it sums:
+ * integers in their own type (wrapping), narrow floats through float. */
+#define DEF_SCALE(sfx, T, W, TO_W, FROM_W)                                               \
+  static void scale_##sfx(void *dst, const void *src, size_t n, const void *scalar) {    \
+    T s;                                                                                 \
+    memcpy(&s, scalar, sizeof(s));                                                       \
+    W w = TO_W(s);                                                                       \
+    T *d = dst;                                                                          \
+    const T *a = src;                                                                    \
+    for (size_t i = 0; i < n; i++) d[i] = FROM_W(TO_W(a[i]) * w);                        \
+  }
+
+#define SCALE_TO_U(x) (x)
+DEF_SCALE(i8, int8_t, unsigned, (unsigned)(uint8_t), (int8_t)(uint8_t))
+DEF_SCALE(u8, uint8_t, unsigned, SCALE_TO_U, (uint8_t))
+DEF_SCALE(i32, int32_t, uint32_t, (uint32_t), (int32_t))
+DEF_SCALE(u32, uint32_t, uint32_t, SCALE_TO_U, SCALE_TO_U)
+DEF_SCALE(i64, int64_t, uint64_t, (uint64_t), (int64_t))
+DEF_SCALE(u64, uint64_t, uint64_t, SCALE_TO_U, SCALE_TO_U)
+DEF_SCALE(f32, float, float, DIV_ID, DIV_ID)
+DEF_SCALE(f64, double, double, DIV_ID, DIV_ID)
+DEF_SCALE(f16, uint16_t, float, half_to_float, float_to_half)
+DEF_SCALE(bf16, uint16_t, float, bf16_to_float, float_to_bf16)
+DEF_SCALE(e4m3, uint8_t, float, e4m3_to_float, float_to_e4m3)
+DEF_SCALE(e5m2, uint8_t, float, e5m2_to_float, float_to_e5m2)
+
+typedef void (*scale_fn)(void *dst, const void *src, size_t n, const void *scalar);
+
+static const scale_fn scale_table[ncclNumTypes] = {
+    scale_i8,  scale_u8,  scale_i32, scale_u32,  scale_i64,  scale_u64,
+    scale_f16, scale_f32, scale_f64, scale_bf16, scale_e4m3, scale_e5m2,
+};
+
+void weft_scale_host(void *dst, const void *src, size_t count, ncclDataType_t dt,
+                     const void *scalar) {
+  if ((unsigned)dt >= ncclNumTypes || count == 0) return;
+  scale_table[dt](dst, src, count, scalar);
+}
+
 /* ---- Names and sizes ---------------------------------------------------------- */
 
 static const struct {

@@ -17,5 +17,9 @@ void weft_reduce_host(void *dst, const void *a, const void *b, size_t count, ncc
                       ncclRedOp_t op);
 /* buf[i] /= nranks for ncclAvg (integers: truncating division as NCCL). */
 void weft_postop_avg_host(void *buf, size_t count, ncclDataType_t dt, int nranks);
+/* dst[i] = src[i] * *scalar (PreMulSum's first half); scalar points to one
+ * value of dt. dst may equal src. */
+void weft_scale_host(void *dst, const void *src, size_t count, ncclDataType_t dt,
+                     const void *scalar);
 
 #endif

@@ -1,163 +1,307 @@
-/* The ring all-reduce as a schedule: reduce-scatter, then all-gather, n-1
- * steps each, repeated over rounds of the buffer.
+/* Ring schedules: AllReduce, AllGather and ReduceScatter as rings, and
+ * Broadcast and Reduce as chains along the ring, pipelined by chunk.
  *
- * A round covers nranks slices of equal size; slice k of a round belongs to
- * ring position k, which ends the reduce-scatter holding it complete. At
- * reduce-scatter step j, position p sends slice p-j-1 and receives slice
- * p-j-2 from its predecessor, adding it to its own input; so step 0 sends
- * straight from the input buffer, later steps send what the previous step
- * reduced into the output, and the last step completes slice p (POSTOP:
- * ncclAvg's divide happens there, once per element). At all-gather step j,
- * p sends slice p-j and receives slice p-j-1, a plain copy.
+ * Everything is written in ring positions: position p receives from
+ * ring[p-1] and sends to ring[p+1], on the lane's channel. Channel c takes
+ * part c of the data (of each rank's block for AllGather/ReduceScatter), so
+ * lanes never touch the same bytes. Both ends of a link name the same piece
+ * of data at the same step, so the sizes on a link always agree; a step
+ * whose piece is empty is left out on both ends.
  *
- * Every slice a rank does not own is written by a receive (reduce-scatter
- * or all-gather) and the slice it owns by the last reduce, so out-of-place
- * calls need no local copy and in-place calls read each input element before
- * overwriting it.
+ * AllReduce: rounds of up to chunk*n elements, cut into n slices (slice k
+ * belongs to position k). Reduce-scatter step j sends slice p-j-1 and
+ * reduces slice p-j-2 (input + received) into the output; the last one
+ * completes slice p (POSTOP there). All-gather step j sends slice p-j and
+ * copies in slice p-j-1. Step 0 sends from the input, later steps send what
+ * the step before wrote, so in-place calls read every input element before
+ * it is overwritten.
  *
- * A step moves one count in both directions, so the two slices it touches
- * must be the same size. Rounds are cut to keep that true: full rounds of
- * chunk_elems per slice, then one round of floor(rest / n) per slice, then
- * the last rest < n elements as one element in each of the first slices
- * and empty slices after. A step whose send slice is empty becomes a
- * receive-only step and vice versa; a step with both empty is left out.
- * Both ends of a link agree on all of this, because the sender's slice at a
- * step is the receiver's slice at the same step. */
+ * ReduceScatter: per chunk, the partial sum of block ring[q] starts at
+ * position q+1 (from its input) and travels n-1 hops to position q, each
+ * hop adding that rank's input. Partials live in two scratch slots that
+ * alternate, since a step sends one partial while it receives the next;
+ * only the last hop writes the output (POSTOP there).
+ *
+ * AllGather: per chunk, n-1 steps forward the blocks around the ring; a
+ * rank's own block goes straight from its input.
+ *
+ * Broadcast: a chain from the root along the ring; each rank forwards chunk
+ * i-1 while chunk i arrives. Reduce: a chain that ends at the root (it
+ * starts at the root's successor); partial sums ride in two scratch slots,
+ * so a non-root output is never touched. */
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/check.h"
 #include "core/debug.h"
+#include "sched/plan.h"
 #include "sched/schedule.h"
 
-/* One round: slices of `slice` elements starting at `base`; only the first
- * `nonempty` slices hold data. */
-struct ring_round {
-  size_t base;
-  size_t slice;
-  int nonempty;
+/* What one lane needs to know, in elements (offsets scale by es). */
+struct ring_lane {
+  const struct weft_sched_args *a;
+  struct weft_lane *lane;
+  int pos, prev, next;
+  size_t es;
+  size_t chunk;    /* elements per step, >= 1 */
+  size_t off, len; /* this lane's part */
+  size_t slot;     /* bytes of one scratch slot: a chunk of this part */
+  int root_pos;    /* the root's ring position (Broadcast, Reduce) */
 };
-
-static size_t slice_count(const struct ring_round *r, int k) {
-  return k < r->nonempty ? r->slice : 0;
-}
-
-static size_t slice_off(const struct ring_round *r, int k) {
-  return r->base + (size_t)k * r->slice;
-}
 
 static int ring_mod(int x, int n) {
   return ((x % n) + n) % n;
 }
 
-/* Fills in one step from a send slice and a receive slice (-1: none). */
-static void ring_emit(const struct ring_round *r, int send_k, int recv_k, uint32_t recv_flags,
-                      uint8_t send_buf, int prev, int next, struct weft_step *st, size_t *n_out) {
-  size_t sc = send_k >= 0 ? slice_count(r, send_k) : 0;
-  size_t rc = recv_k >= 0 ? slice_count(r, recv_k) : 0;
-  if (sc == 0 && rc == 0) return;
-  struct weft_step *s = &st[(*n_out)++];
-  *s = (struct weft_step){.local_buf = WEFT_BUF_IN, .send_peer = -1, .recv_peer = -1};
-  if (sc) {
-    s->flags |= WEFT_STEP_SEND;
-    s->send_buf = send_buf;
-    s->send_peer = next;
-    s->send_off = slice_off(r, send_k);
-  }
-  if (rc) {
-    s->flags |= WEFT_STEP_RECV | recv_flags;
-    s->recv_peer = prev;
-    s->recv_off = slice_off(r, recv_k);
-  }
-  s->count = sc ? sc : rc;
+static size_t ring_min(size_t a, size_t b) {
+  return a < b ? a : b;
 }
 
-static void ring_emit_round(const struct ring_round *r, int p, int n, int prev, int next,
-                            struct weft_step *st, size_t *n_out) {
+/* One step from a send piece and a receive piece (bytes 0: none). */
+static ncclResult_t ring_step(struct weft_lane *lane, struct weft_step send,
+                              struct weft_step recv) {
+  if (send.send_bytes == 0 && recv.recv_bytes == 0) return ncclSuccess;
+  struct weft_step s = recv;
+  if (recv.recv_bytes == 0)
+    s = send;
+  else if (send.send_bytes > 0) {
+    s.flags |= WEFT_STEP_SEND;
+    s.send_buf = send.send_buf;
+    s.send_peer = send.send_peer;
+    s.send_off = send.send_off;
+    s.send_bytes = send.send_bytes;
+  }
+  return weft_lane_push(lane, &s);
+}
+
+static ncclResult_t ring_allreduce_round(const struct ring_lane *l, size_t base, size_t len) {
+  const int n = l->a->nranks, p = l->pos;
+  const size_t es = l->es;
+  size_t so, sl, ro, rl;
   for (int j = 0; j < n - 1; j++) {
-    uint32_t flags = WEFT_STEP_REDUCE | (j == n - 2 ? WEFT_STEP_POSTOP : 0);
-    ring_emit(r, ring_mod(p - j - 1, n), ring_mod(p - j - 2, n), flags,
-              j == 0 ? WEFT_BUF_IN : WEFT_BUF_OUT, prev, next, st, n_out);
+    weft_split(len, n, ring_mod(p - j - 1, n), &so, &sl);
+    weft_split(len, n, ring_mod(p - j - 2, n), &ro, &rl);
+    uint16_t in = j == 0 ? WEFT_BUF_IN : WEFT_BUF_OUT;
+    uint16_t flags = WEFT_STEP_REDUCE | (j == n - 2 ? WEFT_STEP_POSTOP : 0);
+    WEFT_CHECK(ring_step(l->lane, weft_step_send(l->next, in, (base + so) * es, sl * es),
+                         weft_step_recv(l->prev, flags, WEFT_BUF_OUT, (base + ro) * es, WEFT_BUF_IN,
+                                        (base + ro) * es, rl * es)));
   }
-  for (int j = 0; j < n - 1; j++)
-    ring_emit(r, ring_mod(p - j, n), ring_mod(p - j - 1, n), WEFT_STEP_COPY, WEFT_BUF_OUT, prev,
-              next, st, n_out);
+  for (int j = 0; j < n - 1; j++) {
+    weft_split(len, n, ring_mod(p - j, n), &so, &sl);
+    weft_split(len, n, ring_mod(p - j - 1, n), &ro, &rl);
+    WEFT_CHECK(ring_step(
+        l->lane, weft_step_send(l->next, WEFT_BUF_OUT, (base + so) * es, sl * es),
+        weft_step_recv(l->prev, WEFT_STEP_COPY, WEFT_BUF_OUT, (base + ro) * es, 0, 0, rl * es)));
+  }
+  return ncclSuccess;
 }
 
-/* Cuts count elements into rounds (see the file comment); writes at most
- * *n rounds to out (NULL: only counts) and returns how many there are. */
-static size_t ring_plan_rounds(size_t count, int n, size_t chunk, struct ring_round *out) {
-  size_t nrounds = 0, base = 0, nn = (size_t)n;
-  /* chunk * n may overflow; chunk 0 means "no limit". */
-  if (chunk == 0 || chunk > count / nn) chunk = count / nn;
-  if (chunk > 0) {
-    size_t full = count / nn / chunk;
-    if (out)
-      for (size_t i = 0; i < full; i++)
-        out[nrounds + i] = (struct ring_round){base + i * chunk * nn, chunk, n};
-    nrounds += full;
-    base += full * chunk * nn;
+static ncclResult_t ring_allreduce(const struct ring_lane *l) {
+  const size_t n = (size_t)l->a->nranks;
+  /* A round gives every position one slice of at most chunk elements. */
+  size_t round = l->chunk > l->len / n ? l->len : l->chunk * n;
+  for (size_t done = 0; done < l->len; done += round) {
+    size_t len = ring_min(round, l->len - done);
+    WEFT_CHECK(ring_allreduce_round(l, l->off + done, len));
   }
-  size_t rest = count - base;
-  if (rest >= nn) {
-    if (out) out[nrounds] = (struct ring_round){base, rest / nn, n};
-    nrounds++;
-    base += rest / nn * nn;
-    rest = count - base;
-  }
-  if (rest > 0) {
-    if (out) out[nrounds] = (struct ring_round){base, 1, (int)rest};
-    nrounds++;
-  }
-  return nrounds;
+  return ncclSuccess;
 }
 
-ncclResult_t weft_ring_schedule_allreduce(int rank, int nranks, int ring_prev, int ring_next,
-                                          size_t count, size_t chunk_elems,
-                                          struct weft_schedule *out) {
-  if (nranks < 1 || rank < 0 || rank >= nranks) {
-    WARN("ring all-reduce schedule: rank %d of %d is not a ring position", rank, nranks);
+static ncclResult_t ring_allgather(const struct ring_lane *l) {
+  const int n = l->a->nranks, p = l->pos;
+  const size_t es = l->es, count = l->a->count;
+  for (size_t co = l->off; co < l->off + l->len; co += l->chunk) {
+    size_t cl = ring_min(l->chunk, l->off + l->len - co);
+    for (int j = 0; j < n - 1; j++) {
+      size_t sb = (size_t)l->a->ring[ring_mod(p - j, n)];
+      size_t rb = (size_t)l->a->ring[ring_mod(p - j - 1, n)];
+      struct weft_step s =
+          j == 0 ? weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es)
+                 : weft_step_send(l->next, WEFT_BUF_OUT, (sb * count + co) * es, cl * es);
+      WEFT_CHECK(ring_step(l->lane, s,
+                           weft_step_recv(l->prev, WEFT_STEP_COPY, WEFT_BUF_OUT,
+                                          (rb * count + co) * es, 0, 0, cl * es)));
+    }
+  }
+  /* The own block last, so the ring starts at once; skipped when in place. */
+  size_t own = (size_t)l->a->rank * count;
+  struct weft_step copy =
+      weft_step_local(WEFT_BUF_OUT, (own + l->off) * es, WEFT_BUF_IN, l->off * es, l->len * es, 0);
+  return weft_lane_push(l->lane, &copy);
+}
+
+/* Where hop j of a reduce-scatter chunk sends from: the input at hop 0,
+ * else the scratch slot that hop j-1 filled. */
+static struct weft_step ring_rs_send(const struct ring_lane *l, int j, size_t block, size_t co,
+                                     size_t cl) {
+  const size_t es = l->es;
+  if (j == 0) return weft_step_send(l->next, WEFT_BUF_IN, (block * l->a->count + co) * es, cl * es);
+  return weft_step_send(l->next, WEFT_BUF_SCRATCH, (size_t)((j - 1) % 2) * l->slot, cl * es);
+}
+
+static ncclResult_t ring_reducescatter(const struct ring_lane *l) {
+  const int n = l->a->nranks, p = l->pos;
+  const size_t es = l->es, count = l->a->count;
+  l->lane->scratch_bytes = n > 2 ? 2 * l->slot : 0;
+  for (size_t co = l->off; co < l->off + l->len; co += l->chunk) {
+    size_t cl = ring_min(l->chunk, l->off + l->len - co);
+    for (int j = 0; j < n - 1; j++) {
+      size_t sb = (size_t)l->a->ring[ring_mod(p - j - 1, n)];
+      size_t rb = (size_t)l->a->ring[ring_mod(p - j - 2, n)];
+      struct weft_step r;
+      if (j == n - 2)
+        r = weft_step_recv(l->prev, WEFT_STEP_REDUCE | WEFT_STEP_POSTOP, WEFT_BUF_OUT, co * es,
+                           WEFT_BUF_IN, (rb * count + co) * es, cl * es);
+      else
+        r = weft_step_recv(l->prev, WEFT_STEP_REDUCE, WEFT_BUF_SCRATCH, (size_t)(j % 2) * l->slot,
+                           WEFT_BUF_IN, (rb * count + co) * es, cl * es);
+      WEFT_CHECK(ring_step(l->lane, ring_rs_send(l, j, sb, co, cl), r));
+    }
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t ring_broadcast(const struct ring_lane *l) {
+  const int n = l->a->nranks;
+  const size_t es = l->es;
+  int dist = ring_mod(l->pos - l->root_pos, n); /* hops from the root */
+  struct weft_lane_writer w = {.lane = l->lane};
+  for (size_t co = l->off; co < l->off + l->len; co += l->chunk) {
+    size_t cl = ring_min(l->chunk, l->off + l->len - co);
+    if (dist == 0) {
+      if (n > 1) {
+        struct weft_step s = weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es);
+        WEFT_CHECK(weft_lane_emit(&w, &s));
+      }
+      continue;
+    }
+    struct weft_step r =
+        weft_step_recv(l->prev, WEFT_STEP_COPY, WEFT_BUF_OUT, co * es, 0, 0, cl * es);
+    WEFT_CHECK(weft_lane_emit(&w, &r));
+    if (dist < n - 1) WEFT_CHECK(weft_lane_defer_send(&w, l->next, WEFT_BUF_OUT, co * es, cl * es));
+  }
+  WEFT_CHECK(weft_lane_flush(&w));
+  if (dist != 0) return ncclSuccess;
+  /* The root's own copy last, so the chain starts at once. */
+  struct weft_step copy =
+      weft_step_local(WEFT_BUF_OUT, l->off * es, WEFT_BUF_IN, l->off * es, l->len * es, 0);
+  return weft_lane_push(l->lane, &copy);
+}
+
+static ncclResult_t ring_reduce(const struct ring_lane *l) {
+  const int n = l->a->nranks;
+  const size_t es = l->es;
+  int dist = ring_mod(l->pos - l->root_pos - 1, n); /* hops from the chain's start */
+  struct weft_lane_writer w = {.lane = l->lane};
+  if (n == 1) {
+    struct weft_step copy = weft_step_local(WEFT_BUF_OUT, l->off * es, WEFT_BUF_IN, l->off * es,
+                                            l->len * es, WEFT_STEP_POSTOP);
+    return weft_lane_push(l->lane, &copy);
+  }
+  if (dist > 0 && dist < n - 1) l->lane->scratch_bytes = 2 * l->slot;
+  size_t i = 0;
+  for (size_t co = l->off; co < l->off + l->len; co += l->chunk, i++) {
+    size_t cl = ring_min(l->chunk, l->off + l->len - co);
+    struct weft_step s;
+    if (dist == 0) {
+      s = weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es);
+    } else if (dist == n - 1) {
+      s = weft_step_recv(l->prev, WEFT_STEP_REDUCE | WEFT_STEP_POSTOP, WEFT_BUF_OUT, co * es,
+                         WEFT_BUF_IN, co * es, cl * es);
+    } else {
+      size_t slot = (i % 2) * l->slot;
+      s = weft_step_recv(l->prev, WEFT_STEP_REDUCE, WEFT_BUF_SCRATCH, slot, WEFT_BUF_IN, co * es,
+                         cl * es);
+      WEFT_CHECK(weft_lane_emit(&w, &s));
+      WEFT_CHECK(weft_lane_defer_send(&w, l->next, WEFT_BUF_SCRATCH, slot, cl * es));
+      continue;
+    }
+    WEFT_CHECK(weft_lane_emit(&w, &s));
+  }
+  return weft_lane_flush(&w);
+}
+
+/* With one rank every collective is a copy; reductions still divide (by 1)
+ * so the engine treats every op alike. */
+static ncclResult_t ring_single(const struct ring_lane *l) {
+  enum weft_func f = l->a->func;
+  int reduces = f == WEFT_FUNC_ALLREDUCE || f == WEFT_FUNC_REDUCESCATTER || f == WEFT_FUNC_REDUCE;
+  struct weft_step copy = weft_step_local(WEFT_BUF_OUT, l->off * l->es, WEFT_BUF_IN, l->off * l->es,
+                                          l->len * l->es, reduces ? WEFT_STEP_POSTOP : 0);
+  return weft_lane_push(l->lane, &copy);
+}
+
+static ncclResult_t ring_lane_build(const struct ring_lane *l) {
+  if (l->len == 0) return ncclSuccess;
+  if (l->a->nranks == 1) return ring_single(l);
+  switch (l->a->func) {
+    case WEFT_FUNC_ALLREDUCE: return ring_allreduce(l);
+    case WEFT_FUNC_ALLGATHER: return ring_allgather(l);
+    case WEFT_FUNC_REDUCESCATTER: return ring_reducescatter(l);
+    case WEFT_FUNC_BROADCAST: return ring_broadcast(l);
+    case WEFT_FUNC_REDUCE: return ring_reduce(l);
+    default: break;
+  }
+  WARN("ring schedule: %s is not a ring collective", weft_func_name(l->a->func));
+  return ncclInternalError;
+}
+
+/* Position of `rank` in the ring, or -1. */
+static int ring_find(const struct weft_sched_args *a, int rank) {
+  for (int i = 0; i < a->nranks; i++)
+    if (a->ring[i] == rank) return i;
+  return -1;
+}
+
+static ncclResult_t ring_check_args(const struct weft_sched_args *a) {
+  int rooted = a->func == WEFT_FUNC_BROADCAST || a->func == WEFT_FUNC_REDUCE;
+  if (a->nranks < 1 || a->rank < 0 || a->rank >= a->nranks || a->nchannels < 1 ||
+      a->elem_size == 0 || a->ring == NULL || (rooted && (a->root < 0 || a->root >= a->nranks))) {
+    WARN("ring schedule for %s: bad arguments (rank %d of %d, root %d, %d channels, elem %zu)",
+         weft_func_name(a->func), a->rank, a->nranks, a->root, a->nchannels, a->elem_size);
     return ncclInternalError;
   }
-  struct weft_schedule s = {0, NULL};
-  if (count == 0) {
-    *out = s;
-    return ncclSuccess;
+  if (ring_find(a, a->rank) < 0 || (rooted && ring_find(a, a->root) < 0)) {
+    WARN("ring schedule for %s: rank %d or root %d is not in the ring of %d ranks",
+         weft_func_name(a->func), a->rank, a->root, a->nranks);
+    return ncclInternalError;
   }
-  if (nranks == 1) {
-    /* No peer: the input becomes the output, and avg's divide is by one. */
-    s.steps = calloc(1, sizeof(*s.steps));
-    if (s.steps == NULL) goto err_alloc;
-    s.steps[0] = (struct weft_step){.flags = WEFT_STEP_LOCAL | WEFT_STEP_POSTOP,
-                                    .send_peer = -1,
-                                    .recv_peer = -1,
-                                    .count = count};
-    s.nsteps = 1;
-    *out = s;
-    return ncclSuccess;
-  }
-  size_t nrounds = ring_plan_rounds(count, nranks, chunk_elems, NULL);
-  struct ring_round *rounds = calloc(nrounds, sizeof(*rounds));
-  s.steps = calloc(nrounds * 2 * (size_t)(nranks - 1), sizeof(*s.steps));
-  if (rounds == NULL || s.steps == NULL) {
-    free(rounds);
-    goto err_alloc;
-  }
-  ring_plan_rounds(count, nranks, chunk_elems, rounds);
-  for (size_t i = 0; i < nrounds; i++)
-    ring_emit_round(&rounds[i], rank, nranks, ring_prev, ring_next, s.steps, &s.nsteps);
-  free(rounds);
-  *out = s;
   return ncclSuccess;
-err_alloc:
-  free(s.steps);
-  WARN("rank %d: out of memory building the ring all-reduce schedule (%zu elements, %d ranks)",
-       rank, count, nranks);
-  return ncclSystemError;
 }
 
-void weft_schedule_free(struct weft_schedule *s) {
-  if (s == NULL) return;
-  free(s->steps);
-  s->steps = NULL;
-  s->nsteps = 0;
+ncclResult_t weft_ring_plan(const struct weft_sched_args *args, struct weft_plan *out) {
+  ncclResult_t res = ncclSuccess;
+  struct weft_plan plan = {0, NULL};
+  WEFT_CHECK(ring_check_args(args));
+  if (args->count == 0) {
+    *out = plan;
+    return ncclSuccess;
+  }
+  const int n = args->nranks, pos = ring_find(args, args->rank);
+  /* chunk_bytes 0: no limit; below one element: one element. */
+  size_t chunk = args->chunk_bytes == 0 ? SIZE_MAX : args->chunk_bytes / args->elem_size;
+  struct ring_lane l = {
+      .a = args,
+      .pos = pos,
+      .prev = args->ring[ring_mod(pos - 1, n)],
+      .next = args->ring[ring_mod(pos + 1, n)],
+      .es = args->elem_size,
+      .chunk = chunk ? chunk : 1,
+      .root_pos = args->func == WEFT_FUNC_BROADCAST || args->func == WEFT_FUNC_REDUCE
+                      ? ring_find(args, args->root)
+                      : 0};
+  WEFT_CHECK(weft_plan_alloc(&plan, args->nchannels));
+  for (int c = 0; c < plan.nlanes; c++) {
+    plan.lanes[c].channel = c;
+    l.lane = &plan.lanes[c];
+    weft_split(args->count, args->nchannels, c, &l.off, &l.len);
+    l.slot = (l.chunk < l.len ? l.chunk : l.len) * l.es;
+    WEFT_CHECK_GOTO(ring_lane_build(&l), res, err_build);
+  }
+  *out = plan;
+  return ncclSuccess;
+err_build:
+  weft_plan_free(&plan);
+  return res;
 }

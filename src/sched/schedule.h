@@ -1,6 +1,9 @@
-/* A collective as data: the steps one rank runs, each a send to a peer, a
- * receive from a peer, and what to do with what arrived. The host engine
- * runs these steps; the CUDA kernels run the same ones. */
+/* A collective as data. A plan is a set of lanes that progress concurrently
+ * (a lane per channel of a collective, a lane per peer of grouped send/recv);
+ * a lane is a list of steps run in order; a step sends to one peer and/or
+ * receives from one peer, and says what to do with what arrived. The host
+ * engine runs plans; the CUDA kernels will run the same ones. Offsets and
+ * sizes are in bytes so one plan can mix datatypes (grouped send/recv). */
 #ifndef WEFT_SCHED_SCHEDULE_H
 #define WEFT_SCHED_SCHEDULE_H
 
@@ -9,7 +12,7 @@
 
 #include "nccl.h"
 
-/* The collective a rank was asked for, after argument checks. */
+/* The operation a rank was asked for, after argument checks. */
 enum weft_func {
   WEFT_FUNC_ALLREDUCE,
   WEFT_FUNC_ALLGATHER,
@@ -18,7 +21,10 @@ enum weft_func {
   WEFT_FUNC_REDUCE,
   WEFT_FUNC_SEND,
   WEFT_FUNC_RECV,
+  WEFT_FUNC_COUNT,
 };
+
+const char *weft_func_name(enum weft_func func); /* "AllReduce", ... */
 
 struct weft_coll {
   enum weft_func func;
@@ -26,45 +32,92 @@ struct weft_coll {
   void *recvbuff;
   size_t count; /* elements, as the caller passed it */
   ncclDataType_t datatype;
-  ncclRedOp_t op;
-  int root; /* or the peer for send/recv */
+  ncclRedOp_t op; /* a built-in op, or a PreMulSum made on this comm */
+  int root;       /* broadcast/reduce root, or the peer of send/recv */
 };
+
+enum weft_algo { WEFT_ALGO_RING = 0, WEFT_ALGO_TREE = 1, WEFT_ALGO_COUNT };
+enum weft_proto { WEFT_PROTO_SIMPLE = 0, WEFT_PROTO_LL = 1, WEFT_PROTO_COUNT };
 
 enum weft_step_flags {
-  WEFT_STEP_SEND = 1u << 0,   /* send count elements from send_buf+send_off */
-  WEFT_STEP_RECV = 1u << 1,   /* receive count elements from recv_peer */
-  WEFT_STEP_REDUCE = 1u << 2, /* out[recv_off] = local_buf[recv_off] op received */
-  WEFT_STEP_COPY = 1u << 3,   /* out[recv_off] = received (without REDUCE) */
-  WEFT_STEP_POSTOP = 1u << 4, /* the reduction is complete: apply avg's divide */
-  WEFT_STEP_LOCAL = 1u << 5,  /* out[recv_off] = in[recv_off], no peer */
+  WEFT_STEP_SEND = 1u << 0,   /* send send_bytes from send_buf+send_off to send_peer */
+  WEFT_STEP_RECV = 1u << 1,   /* receive recv_bytes from recv_peer */
+  WEFT_STEP_REDUCE = 1u << 2, /* dst = local op received (with RECV) */
+  WEFT_STEP_COPY = 1u << 3,   /* dst = received (with RECV) */
+  WEFT_STEP_POSTOP = 1u << 4, /* dst is now fully reduced: apply avg's divide */
+  WEFT_STEP_LOCAL = 1u << 5,  /* dst = local, recv_bytes long, no peer */
 };
 
-/* Which user buffer a slice refers to. */
-enum weft_buf { WEFT_BUF_IN = 0, WEFT_BUF_OUT = 1 };
+/* Buffer indexes a step refers to. For a collective, IN is sendbuff and OUT
+ * recvbuff; for grouped send/recv, index i is the i-th op's buffer. SCRATCH
+ * is the lane's own scratch space (weft_lane.scratch_bytes), for partial
+ * results that have no home in the user's buffers (reduce-scatter, reduce). */
+enum { WEFT_BUF_IN = 0, WEFT_BUF_OUT = 1, WEFT_BUF_SCRATCH = 0xffff };
 
 struct weft_step {
-  uint32_t flags;
-  uint8_t send_buf;  /* enum weft_buf: where sent data comes from */
-  uint8_t local_buf; /* enum weft_buf: the local operand of a REDUCE */
+  uint16_t flags;
+  uint16_t send_buf;
+  uint16_t dst_buf;   /* where a RECV/LOCAL result goes */
+  uint16_t local_buf; /* the local operand of REDUCE, the source of LOCAL */
   int send_peer;
   int recv_peer;
-  size_t send_off; /* elements */
-  size_t recv_off; /* elements */
-  size_t count;    /* elements moved by this step */
+  size_t send_off;
+  size_t dst_off;
+  size_t local_off;
+  size_t send_bytes;
+  size_t recv_bytes; /* also the length of a LOCAL copy */
 };
 
-struct weft_schedule {
+struct weft_lane {
+  int channel; /* the lane uses the connections of this channel */
+  size_t scratch_bytes;
   size_t nsteps;
+  size_t cap;
   struct weft_step *steps;
 };
 
-/* The ring all-reduce for the rank at ring position `rank` (its neighbours
- * are ring_prev and ring_next) over count elements, pipelined in
- * chunks of at most chunk_elems per rank per step (reduce-scatter, then
- * all-gather, n-1 steps each per chunk round). */
-ncclResult_t weft_ring_schedule_allreduce(int rank, int nranks, int ring_prev, int ring_next,
-                                          size_t count, size_t chunk_elems,
-                                          struct weft_schedule *out);
-void weft_schedule_free(struct weft_schedule *s);
+struct weft_plan {
+  int nlanes;
+  struct weft_lane *lanes;
+};
+
+/* What a collective schedule is built from. */
+struct weft_sched_args {
+  enum weft_func func;
+  int rank;
+  int nranks;
+  int root;
+  size_t count;     /* the caller's count (per-rank count for allgather/reducescatter) */
+  size_t elem_size; /* bytes per element */
+  int nchannels;    /* lanes to spread the data over (>= 1) */
+  size_t chunk_bytes; /* pipelining unit per step (a multiple of elem_size) */
+  const int *ring;  /* ring[i]: the rank at ring position i (nranks entries) */
+};
+
+/* Ring (AllReduce, AllGather, ReduceScatter) and chain (Broadcast, Reduce)
+ * schedules. */
+ncclResult_t weft_ring_plan(const struct weft_sched_args *args, struct weft_plan *out);
+/* The double binary tree for AllReduce: two complementary trees, each
+ * carrying half of the data (lanes alternate between them). */
+ncclResult_t weft_tree_plan(const struct weft_sched_args *args, struct weft_plan *out);
+
+/* One grouped ncclSend/ncclRecv of this rank; its buffer is index i of the
+ * plan when it is ops[i]. */
+struct weft_p2p {
+  int peer;
+  int is_send;
+  size_t bytes;
+};
+/* Grouped send/recv: one lane per peer; the k-th send to a peer pairs with
+ * the k-th receive from it in one step, so two ranks that send to each other
+ * never wait on each other. A send to self pairs with a receive from self as
+ * a LOCAL copy. */
+ncclResult_t weft_p2p_plan(int rank, const struct weft_p2p *ops, int nops,
+                           struct weft_plan *out);
+
+/* Appends a step to a lane (grows it); plan helpers for generators. */
+ncclResult_t weft_lane_push(struct weft_lane *lane, const struct weft_step *step);
+ncclResult_t weft_plan_alloc(struct weft_plan *plan, int nlanes);
+void weft_plan_free(struct weft_plan *plan);
 
 #endif

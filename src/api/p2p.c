@@ -1,0 +1,198 @@
+/* Point-to-point calls: ncclSend and ncclRecv, and NCCL 2.28's AlltoAll,
+ * Gather and Scatter, which are grouped sends and receives (as NCCL itself
+ * builds them): an implicit ncclGroupStart/End around them, or, inside the
+ * caller's group, simply more of its operations. Every argument is checked
+ * before the first operation is added, so a rejected call adds nothing. */
+#include <stdint.h>
+
+#include "api/alias.h"
+#include "api/group.h"
+#include "api/redop.h"
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "exec/reduce.h"
+
+static ncclResult_t check_peer(const char *caller, const char *name, int peer,
+                               const struct ncclComm *comm) {
+  if (peer < 0 || peer >= comm->nranks) {
+    WARN("%s: %s is %d, expected a rank in 0..%d", caller, name, peer, comm->nranks - 1);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* nblocks blocks of count elements at p: host memory, non-NULL unless
+ * count is 0, and a size that fits the address space. */
+static ncclResult_t check_p2p_buffer(const char *caller, const char *name, const void *p,
+                                     size_t count, ncclDataType_t datatype, int nblocks) {
+  size_t elem = weft_dtype_size(datatype);
+  if (count > SIZE_MAX / elem / (size_t)nblocks) {
+    WARN("%s: count %zu of %s%s overflows the address space", caller, count,
+         weft_dtype_name(datatype), nblocks > 1 ? " per rank" : "");
+    return ncclInvalidArgument;
+  }
+  if (count == 0) return ncclSuccess;
+  if (p == NULL) {
+    WARN("%s: %s is NULL with count %zu", caller, name, count);
+    return ncclInvalidArgument;
+  }
+  if (weft_device_is_device_ptr(p)) {
+    WARN("%s: %s %p is CUDA device memory; this communicator runs on host buffers (the CUDA "
+         "engine is not in this build yet)",
+         caller, name, p);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* Adds one send or receive (already checked) to the calling thread's group. */
+static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const void *buf,
+                            size_t count, ncclDataType_t datatype, int peer) {
+  struct weft_coll coll = {
+      .func = func,
+      .sendbuff = func == WEFT_FUNC_SEND ? buf : NULL,
+      .recvbuff = func == WEFT_FUNC_RECV ? (void *)(uintptr_t)buf : NULL,
+      .count = count,
+      .datatype = datatype,
+      .op = ncclSum,
+      .root = peer,
+  };
+  TRACE(WEFT_P2P, "%s: rank %d peer %d count %zu %s buff %p",
+        func == WEFT_FUNC_SEND ? "ncclSend" : "ncclRecv", comm->rank, peer, count,
+        weft_dtype_name(datatype), buf);
+  return weft_group_add(comm, &coll, NULL);
+}
+
+static ncclResult_t p2p_call(const char *caller, enum weft_func func, const void *buf,
+                             size_t count, ncclDataType_t datatype, int peer,
+                             struct ncclComm *comm) {
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_peer(caller, "peer", peer, comm));
+  WEFT_CHECK(check_p2p_buffer(caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff", buf,
+                              count, datatype, 1));
+  return p2p_add(comm, func, buf, count, datatype, peer);
+}
+
+WEFT_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
+                               int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream; /* host ranks: returns when sent (in a group: at ncclGroupEnd) */
+  return p2p_call("ncclSend", WEFT_FUNC_SEND, sendbuff, count, datatype, peer, comm);
+}
+WEFT_ALIAS(ncclSend)
+
+WEFT_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  return p2p_call("ncclRecv", WEFT_FUNC_RECV, recvbuff, count, datatype, peer, comm);
+}
+WEFT_ALIAS(ncclRecv)
+
+/* A block of `count` elements at index i of a buffer. */
+static const char *block(const void *base, size_t i, size_t count, ncclDataType_t datatype) {
+  return (const char *)base + i * count * weft_dtype_size(datatype);
+}
+
+/* Closes the implicit group the calls below open; on an error in the middle
+ * the group still ends, so the thread is not left inside it. */
+static ncclResult_t implicit_group_end(ncclResult_t res) {
+  ncclResult_t r = ncclGroupEnd();
+  return res != ncclSuccess ? res : r;
+}
+
+WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   ncclDataType_t datatype, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  static const char caller[] = "ncclAlltoAll";
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  int n = comm->nranks;
+  WEFT_CHECK(check_p2p_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
+  WEFT_CHECK(check_p2p_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  size_t bytes = count * weft_dtype_size(datatype) * (size_t)n;
+  const char *s = sendbuff, *r = recvbuff;
+  /* Blocks are sent while others land: overlapping buffers would be read
+   * after they were overwritten. */
+  if (bytes > 0 && s < r + bytes && r < s + bytes) {
+    WARN("%s: sendbuff %p and recvbuff %p overlap (%zu bytes each); AlltoAll cannot run in "
+         "place", caller, sendbuff, recvbuff, bytes);
+    return ncclInvalidArgument;
+  }
+  ncclResult_t res = ncclSuccess;
+  ncclGroupStart();
+  for (int p = 0; p < n && res == ncclSuccess; p++) {
+    res = p2p_add(comm, WEFT_FUNC_SEND, block(sendbuff, (size_t)p, count, datatype), count,
+                  datatype, p);
+    if (res == ncclSuccess)
+      res = p2p_add(comm, WEFT_FUNC_RECV, block(recvbuff, (size_t)p, count, datatype), count,
+                    datatype, p);
+  }
+  return implicit_group_end(res);
+}
+WEFT_ALIAS(ncclAlltoAll)
+
+/* Gather: at the root, rank i's count elements land at recvbuff + i*count;
+ * in place (sendbuff is the root's own block) the root copies nothing. */
+WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
+                                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                                 cudaStream_t stream) {
+  static const char caller[] = "ncclGather";
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_peer(caller, "root", root, comm));
+  int n = comm->nranks, me = comm->rank;
+  WEFT_CHECK(check_p2p_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
+  if (me == root)
+    WEFT_CHECK(check_p2p_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, n));
+  ncclResult_t res = ncclSuccess;
+  ncclGroupStart();
+  if (me != root) {
+    res = p2p_add(comm, WEFT_FUNC_SEND, sendbuff, count, datatype, root);
+  } else {
+    int in_place = sendbuff == block(recvbuff, (size_t)root, count, datatype);
+    for (int p = 0; p < n && res == ncclSuccess; p++) {
+      if (p == root && in_place) continue;
+      if (p == root) res = p2p_add(comm, WEFT_FUNC_SEND, sendbuff, count, datatype, root);
+      if (res == ncclSuccess)
+        res = p2p_add(comm, WEFT_FUNC_RECV, block(recvbuff, (size_t)p, count, datatype), count,
+                      datatype, p);
+    }
+  }
+  return implicit_group_end(res);
+}
+WEFT_ALIAS(ncclGather)
+
+/* Scatter: the root sends sendbuff + i*count to rank i; in place (recvbuff
+ * is the root's own block) the root copies nothing. */
+WEFT_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  static const char caller[] = "ncclScatter";
+  (void)stream;
+  WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(check_peer(caller, "root", root, comm));
+  int n = comm->nranks, me = comm->rank;
+  WEFT_CHECK(check_p2p_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  if (me == root)
+    WEFT_CHECK(check_p2p_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, n));
+  ncclResult_t res = ncclSuccess;
+  ncclGroupStart();
+  if (me != root) {
+    res = p2p_add(comm, WEFT_FUNC_RECV, recvbuff, count, datatype, root);
+  } else {
+    int in_place = recvbuff == block(sendbuff, (size_t)root, count, datatype);
+    for (int p = 0; p < n && res == ncclSuccess; p++) {
+      if (p == root && in_place) continue;
+      res = p2p_add(comm, WEFT_FUNC_SEND, block(sendbuff, (size_t)p, count, datatype), count,
+                    datatype, p);
+      if (res == ncclSuccess && p == root)
+        res = p2p_add(comm, WEFT_FUNC_RECV, recvbuff, count, datatype, root);
+    }
+  }
+  return implicit_group_end(res);
+}
+WEFT_ALIAS(ncclScatter)

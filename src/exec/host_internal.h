@@ -1,0 +1,130 @@
+/* Private to the host engine (host.c: queue and worker; host_run.c: running
+ * a plan's lanes; host_check.c: checking that ranks agree on a call). */
+#ifndef WEFT_EXEC_HOST_INTERNAL_H
+#define WEFT_EXEC_HOST_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/connect.h"
+#include "exec/host.h"
+#include "transport/transport.h"
+
+/* A reducing receive lands in pieces of this size (a multiple of every
+ * element size), small enough to stay in cache until reduced. */
+#define WEFT_HOST_PIECE_BYTES (256u * 1024u)
+
+/* What a lane's receive does with the bytes of the current step. */
+enum weft_host_rx {
+  WEFT_HOST_RX_NONE,
+  WEFT_HOST_RX_COPY,   /* straight into dst */
+  WEFT_HOST_RX_REDUCE, /* a piece at a time into `piece`, then reduced into dst */
+  WEFT_HOST_RX_HDR,    /* a send/recv header, before the data */
+  WEFT_HOST_RX_DRAIN,  /* a mismatched send's bytes, discarded */
+};
+
+/* One lane in flight: its position in the plan and its two transfers. The
+ * buffers at the end belong to the engine and are kept across tasks. */
+struct weft_host_lane {
+  const struct weft_lane *lane;
+  size_t step;  /* the step in progress, or nsteps when done */
+  int started;  /* the step's transfers are set up */
+  /* Send: a send/recv header (tx_hdr) goes before the data. */
+  struct weft_xfer tx;
+  int tx_hdr;
+  uint64_t tx_hdr_val;
+  char *tx_data;
+  size_t tx_bytes;
+  /* Receive. */
+  struct weft_xfer rx;
+  enum weft_host_rx rx_mode;
+  char *rx_dst;
+  const char *rx_local;
+  size_t rx_total; /* bytes of the step (or of the drain) */
+  size_t rx_off;   /* bytes already landed and reduced or drained */
+  uint64_t rx_hdr_val;
+  int skip_buf; /* p2p: later receives of this op are skipped (-1: none) */
+  /* Engine-owned. */
+  char *piece;
+  char *scratch;
+  size_t scratch_cap;
+};
+
+/* A plan being run, and what it needs to know of its task. */
+struct weft_host_run {
+  struct weft_host_engine *h;
+  const struct weft_plan *plan;
+  char *const *bufs;
+  int nbufs;
+  int is_p2p;
+  const struct weft_p2p *p2p; /* p2p: the ops, indexed like bufs */
+  ncclDataType_t datatype;
+  ncclRedOp_t op; /* the op reductions use (a PreMulSum runs as ncclSum) */
+  size_t esize;
+  const char *what;   /* "AllReduce", "send/recv", "call check": for messages */
+  uint64_t seq;
+  ncclResult_t usage; /* a mismatched send/recv: reported, not fatal */
+};
+
+/* The worker's own state. */
+struct weft_host_worker {
+  uint64_t coll_seq; /* collectives run, for messages */
+  uint64_t p2p_seq;
+  uint64_t run_seq;  /* plans run, to tag which lane uses a conn */
+  struct weft_host_lane *lanes;
+  int lanes_cap;
+  struct weft_xfer **pending;
+  int pending_cap;
+  struct weft_conn_need *needs;
+  int needs_cap;
+  void *premul;
+  size_t premul_cap;
+  /* The call check: every rank's record and the ring all-gather plan. */
+  void *descs;
+  struct weft_lane desc_lane;
+  struct weft_plan desc_plan;
+};
+
+struct weft_host_engine {
+  struct ncclComm *comm;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t work_cv; /* the worker sleeps here for work or stop */
+  pthread_cond_t idle_cv; /* waiters sleep here for their tasks to finish */
+
+  /* Under lock. */
+  struct weft_host_task *queue; /* circular: count items from head */
+  size_t cap, head, count;
+  int stop;
+  int worker_sleeping;
+  int waiters; /* threads asleep on idle_cv */
+  int inside;  /* threads inside wait (destroy waits for them to leave) */
+  ncclResult_t error; /* the first failure; sticky */
+  ncclResult_t usage; /* the first misuse since the last wait */
+
+  /* Written under lock, read without it by spinning waits. */
+  _Atomic uint64_t queued;   /* tasks ever queued */
+  _Atomic uint64_t finished; /* tasks ever finished */
+  _Atomic int running;       /* a thread (worker or waiter) is running tasks */
+
+  int64_t spin_pure; /* polls before a wait yields (weft_spin_pure) */
+  struct weft_host_worker w;
+};
+
+/* Runs one task on the worker (host_run.c). Misuse that leaves the
+ * communicator usable goes to *usage_out; the result is fatal. */
+ncclResult_t weft__host_task_run(struct weft_host_engine *h, struct weft_host_task *task,
+                                 ncclResult_t *usage_out);
+/* Runs a plan's lanes to completion (host_run.c). */
+ncclResult_t weft__host_plan_run(struct weft_host_run *r);
+/* Makes sure every link the plan uses is connected (host_run.c). */
+ncclResult_t weft__host_plan_connect(struct weft_host_run *r);
+/* The call check before a collective (host_check.c): every rank learns
+ * every rank's call; *agree_out is 0 when they differ (WARNed). */
+ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
+                                   uint64_t seq, int *agree_out);
+/* Frees the worker's buffers (host_run.c). */
+void weft__host_worker_free(struct weft_host_worker *w);
+
+#endif

@@ -1,0 +1,304 @@
+/* Running one task's plan on the worker. Every lane is a small state
+ * machine (its step, its send, its receive) and the worker moves all lanes
+ * of the plan in turn with the transports' non-blocking send and recv, so
+ * the lanes of one plan (channels, tree directions, send/recv peers)
+ * progress together in one thread. When a whole pass over the lanes moves
+ * nothing, the worker spins, yields, then sleeps (weft_conn_progress_wait);
+ * WEFT_TIMEOUT without progress is an error naming the stalled peers.
+ *
+ * No data is copied twice: sends go straight from the user's buffers, a
+ * copying receive lands straight in its destination, and a reducing
+ * receive lands piece by piece in a small buffer that is reduced into the
+ * destination while the next piece is on its way.
+ *
+ * Grouped send/recv put an 8-byte header before each send's bytes: a magic
+ * and the byte count. The receiver compares it with the count it posted;
+ * on a mismatch it drains the sender's bytes (the link stays in step),
+ * WARNs and the task ends in ncclInvalidUsage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/connect.h"
+#include "core/debug.h"
+#include "core/param.h"
+#include "exec/host_internal.h"
+#include "exec/reduce.h"
+
+#define HOST_P2P_MAGIC 0x5750u /* "WP", the header's top 16 bits */
+#define HOST_P2P_BYTES_MASK ((UINT64_C(1) << 48) - 1)
+
+/* ---- Buffers ------------------------------------------------------------- */
+
+static char *run_buf(const struct weft_host_run *r, const struct weft_host_lane *l, unsigned idx,
+                     size_t off) {
+  char *base = idx == WEFT_BUF_SCRATCH ? l->scratch : r->bufs[idx];
+  return base == NULL ? NULL : base + off;
+}
+
+static ncclResult_t lane_piece(const struct weft_host_run *r, struct weft_host_lane *l) {
+  if (l->piece != NULL) return ncclSuccess;
+  void *p;
+  if (posix_memalign(&p, 64, WEFT_HOST_PIECE_BYTES) != 0) {
+    WARN("rank %d: out of memory for a %u-byte receive buffer", r->h->comm->rank,
+         WEFT_HOST_PIECE_BYTES);
+    return ncclSystemError;
+  }
+  l->piece = p;
+  return ncclSuccess;
+}
+
+static ncclResult_t lane_scratch(const struct weft_host_run *r, struct weft_host_lane *l,
+                                 size_t bytes) {
+  if (bytes <= l->scratch_cap) return ncclSuccess;
+  void *p;
+  if (posix_memalign(&p, 64, bytes) != 0) {
+    WARN("rank %d: out of memory for %zu bytes of lane scratch", r->h->comm->rank, bytes);
+    return ncclSystemError;
+  }
+  free(l->scratch);
+  l->scratch = p;
+  l->scratch_cap = bytes;
+  return ncclSuccess;
+}
+
+static void run_postop(const struct weft_host_run *r, char *dst, size_t bytes) {
+  if (r->op == ncclAvg && !r->is_p2p)
+    weft_postop_avg_host(dst, bytes / r->esize, r->datatype, r->h->comm->nranks);
+}
+
+/* ---- Starting a step -------------------------------------------------------- */
+
+static void lane_rx_piece(struct weft_host_lane *l) {
+  size_t n = l->rx_total - l->rx_off;
+  if (n > WEFT_HOST_PIECE_BYTES) n = WEFT_HOST_PIECE_BYTES;
+  l->rx = (struct weft_xfer){l->rx.conn, l->piece, n, 0};
+}
+
+static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
+                            const struct weft_step *st) {
+  struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->send_peer, WEFT_CONN_SEND);
+  l->tx_data = run_buf(r, l, st->send_buf, st->send_off);
+  l->tx_bytes = st->send_bytes;
+  if (r->is_p2p && st->send_off == 0) {
+    l->tx_hdr = 1;
+    l->tx_hdr_val = ((uint64_t)HOST_P2P_MAGIC << 48) | (uint64_t)r->p2p[st->send_buf].bytes;
+    l->tx = (struct weft_xfer){c, (char *)&l->tx_hdr_val, sizeof(l->tx_hdr_val), 0};
+  } else {
+    l->tx = (struct weft_xfer){c, l->tx_data, l->tx_bytes, 0};
+  }
+}
+
+static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_lane *l,
+                                    const struct weft_step *st) {
+  struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->recv_peer, WEFT_CONN_RECV);
+  l->rx_dst = run_buf(r, l, st->dst_buf, st->dst_off);
+  l->rx_total = st->recv_bytes;
+  l->rx_off = 0;
+  l->rx.conn = c;
+  if (r->is_p2p && st->dst_buf == l->skip_buf && st->dst_off != 0) {
+    l->rx_mode = WEFT_HOST_RX_NONE; /* the rest of an op already drained */
+  } else if (r->is_p2p && st->dst_off == 0) {
+    l->rx_mode = WEFT_HOST_RX_HDR;
+    l->rx = (struct weft_xfer){c, (char *)&l->rx_hdr_val, sizeof(l->rx_hdr_val), 0};
+  } else if ((st->flags & WEFT_STEP_REDUCE) && st->recv_bytes > 0) {
+    WEFT_CHECK(lane_piece(r, l));
+    l->rx_mode = WEFT_HOST_RX_REDUCE;
+    l->rx_local = run_buf(r, l, st->local_buf, st->local_off);
+    lane_rx_piece(l);
+  } else if (st->recv_bytes > 0) {
+    l->rx_mode = WEFT_HOST_RX_COPY;
+    l->rx = (struct weft_xfer){c, l->rx_dst, st->recv_bytes, 0};
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_step *st = &l->lane->steps[l->step];
+  l->started = 1;
+  l->tx = (struct weft_xfer){0};
+  l->rx = (struct weft_xfer){0};
+  l->tx_hdr = 0;
+  l->rx_mode = WEFT_HOST_RX_NONE;
+  if (st->flags & WEFT_STEP_LOCAL) {
+    char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
+    const char *src = run_buf(r, l, st->local_buf, st->local_off);
+    if (st->recv_bytes > 0 && dst != src) memcpy(dst, src, st->recv_bytes);
+    if (st->flags & WEFT_STEP_POSTOP) run_postop(r, dst, st->recv_bytes);
+  }
+  if (st->flags & WEFT_STEP_SEND) lane_start_send(r, l, st);
+  if (st->flags & WEFT_STEP_RECV) WEFT_CHECK(lane_start_recv(r, l, st));
+  return ncclSuccess;
+}
+
+/* ---- Progress ---------------------------------------------------------------- */
+
+static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
+  WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
+  if (l->tx_hdr && !weft_xfer_pending(&l->tx)) {
+    l->tx_hdr = 0;
+    l->tx = (struct weft_xfer){l->tx.conn, l->tx_data, l->tx_bytes, 0};
+    WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
+  }
+  return ncclSuccess;
+}
+
+/* A send/recv header arrived: receive the data, or drain a mismatch. */
+static ncclResult_t lane_rx_header(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_step *st = &l->lane->steps[l->step];
+  const struct weft_conn *c = l->rx.conn;
+  uint64_t v = l->rx_hdr_val;
+  size_t sent = (size_t)(v & HOST_P2P_BYTES_MASK), posted = r->p2p[st->dst_buf].bytes;
+  if ((v >> 48) != HOST_P2P_MAGIC) {
+    WARN("rank %d: send/recv #%llu: what rank %d sent on channel %d is not a send (the ranks' "
+         "calls are out of step: a collective on one, send/recv on the other?)",
+         c->rank, (unsigned long long)r->seq, c->peer, c->channel);
+    return ncclInvalidUsage;
+  }
+  if (sent == posted) {
+    l->rx_mode = st->recv_bytes > 0 ? WEFT_HOST_RX_COPY : WEFT_HOST_RX_NONE;
+    l->rx = (struct weft_xfer){l->rx.conn, l->rx_dst, st->recv_bytes, 0};
+    return ncclSuccess;
+  }
+  WARN("rank %d: send/recv #%llu: rank %d sends %zu bytes but rank %d receives %zu; the "
+       "message is discarded",
+       c->rank, (unsigned long long)r->seq, c->peer, sent, c->rank, posted);
+  r->usage = ncclInvalidUsage;
+  l->skip_buf = st->dst_buf;
+  l->rx_mode = WEFT_HOST_RX_DRAIN;
+  l->rx_total = sent;
+  l->rx_off = 0;
+  WEFT_CHECK(lane_piece(r, l));
+  lane_rx_piece(l);
+  return ncclSuccess;
+}
+
+/* Moves the receive; finished pieces are reduced (or dropped) at once. */
+static ncclResult_t lane_rx(struct weft_host_run *r, struct weft_host_lane *l, int *moved) {
+  while (l->rx_mode != WEFT_HOST_RX_NONE) {
+    WEFT_CHECK(weft_xfer_progress(&l->rx, moved));
+    if (weft_xfer_pending(&l->rx)) return ncclSuccess;
+    size_t n = l->rx.bytes;
+    switch (l->rx_mode) {
+    case WEFT_HOST_RX_HDR:
+      WEFT_CHECK(lane_rx_header(r, l));
+      continue;
+    case WEFT_HOST_RX_REDUCE: {
+      const struct weft_step *st = &l->lane->steps[l->step];
+      char *dst = l->rx_dst + l->rx_off;
+      weft_reduce_host(dst, l->rx_local + l->rx_off, l->piece, n / r->esize, r->datatype, r->op);
+      if (st->flags & WEFT_STEP_POSTOP) run_postop(r, dst, n);
+    }
+      /* fall through */
+    case WEFT_HOST_RX_DRAIN:
+      l->rx_off += n;
+      *moved = 1;
+      if (l->rx_off < l->rx_total) {
+        lane_rx_piece(l);
+        continue;
+      }
+      break;
+    default:
+      break;
+    }
+    l->rx_mode = WEFT_HOST_RX_NONE;
+  }
+  return ncclSuccess;
+}
+
+/* POSTOP of a step whose result landed whole (a copying receive, or a
+ * step that names only its destination). */
+static void lane_step_finish(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_step *st = &l->lane->steps[l->step];
+  unsigned f = st->flags;
+  if ((f & WEFT_STEP_POSTOP) && !(f & WEFT_STEP_LOCAL) &&
+      !((f & WEFT_STEP_RECV) && (f & WEFT_STEP_REDUCE)))
+    run_postop(r, run_buf(r, l, st->dst_buf, st->dst_off), st->recv_bytes);
+}
+
+/* Runs the lane as far as it goes without waiting; *done when finished. */
+static ncclResult_t lane_progress(struct weft_host_run *r, struct weft_host_lane *l, int *moved,
+                                  int *done) {
+  while (l->step < l->lane->nsteps) {
+    if (!l->started) {
+      WEFT_CHECK(lane_step_start(r, l));
+      *moved = 1;
+    }
+    WEFT_CHECK(lane_tx(l, moved));
+    WEFT_CHECK(lane_rx(r, l, moved));
+    if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE) return ncclSuccess;
+    lane_step_finish(r, l);
+    l->step++;
+    l->started = 0;
+    *moved = 1;
+  }
+  *done = 1;
+  return ncclSuccess;
+}
+
+/* ---- The run --------------------------------------------------------------- */
+
+static void run_describe(void *ctx, char *buf, size_t size) {
+  const struct weft_host_run *r = ctx;
+  snprintf(buf, size, "%s #%llu", r->what, (unsigned long long)r->seq);
+}
+
+static ncclResult_t run_prepare(struct weft_host_run *r) {
+  struct weft_host_worker *w = &r->h->w;
+  int n = r->plan->nlanes;
+  if (n > w->lanes_cap) {
+    struct weft_host_lane *grown = realloc(w->lanes, (size_t)n * sizeof(*grown));
+    struct weft_xfer **pending = realloc(w->pending, 2 * (size_t)n * sizeof(*pending));
+    if (grown != NULL) {
+      memset(grown + w->lanes_cap, 0, (size_t)(n - w->lanes_cap) * sizeof(*grown));
+      w->lanes = grown;
+      w->lanes_cap = n;
+    }
+    if (pending != NULL) w->pending = pending;
+    if (grown == NULL || pending == NULL) {
+      WARN("rank %d: out of memory for %d lanes", r->h->comm->rank, n);
+      return ncclSystemError;
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    struct weft_host_lane *l = &w->lanes[i];
+    l->lane = &r->plan->lanes[i];
+    l->step = 0;
+    l->started = 0;
+    l->skip_buf = -1;
+    WEFT_CHECK(lane_scratch(r, l, l->lane->scratch_bytes));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
+  struct weft_host_worker *w = &r->h->w;
+  struct weft_progress_wait wait;
+  WEFT_CHECK(run_prepare(r));
+  weft_progress_wait_init(&wait, 0, r->h->spin_pure);
+  for (;;) {
+    int moved = 0, active = 0;
+    for (int i = 0; i < r->plan->nlanes; i++) {
+      int done = 0;
+      if (w->lanes[i].step < w->lanes[i].lane->nsteps)
+        WEFT_CHECK(lane_progress(r, &w->lanes[i], &moved, &done));
+      else
+        done = 1;
+      active += !done;
+    }
+    if (!active) return ncclSuccess;
+    if (moved) {
+      weft_progress_wait_moved(&wait);
+      continue;
+    }
+    int np = 0;
+    for (int i = 0; i < r->plan->nlanes; i++) {
+      if (weft_xfer_pending(&w->lanes[i].tx)) w->pending[np++] = &w->lanes[i].tx;
+      if (weft_xfer_pending(&w->lanes[i].rx)) w->pending[np++] = &w->lanes[i].rx;
+    }
+    WEFT_CHECK(weft_conn_progress_wait(&wait, w->pending, np, &r->h->comm->abort_flag,
+                                       run_describe, r));
+  }
+}

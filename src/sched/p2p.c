@@ -1,0 +1,94 @@
+/* Grouped send/recv as a plan: one lane per peer on channel 0 (each peer
+ * has its own connections, so lanes never share one). On a lane, the k-th
+ * send to the peer and the k-th receive from it form one step: when two
+ * ranks send to each other, each posts its send and its receive together
+ * and neither waits for the other to finish first. The rest of the sends
+ * (or receives) become one-sided steps, in order. Both ends agree on the
+ * order of transfers on a connection because both number them by op order.
+ *
+ * A receive is posted with its own size; a size mismatch with the sender
+ * is the engine's to detect (it has the ops). A send to self and a receive
+ * from self pair into a LOCAL copy of the smaller size; an unpaired one
+ * could never complete, so it is refused here. */
+#include <stdlib.h>
+
+#include "core/check.h"
+#include "core/debug.h"
+#include "sched/plan.h"
+#include "sched/schedule.h"
+
+/* Index of the k-th op with this peer and direction, or -1. */
+static int p2p_nth(const struct weft_p2p *ops, int nops, int peer, int is_send, int k) {
+  for (int i = 0; i < nops; i++)
+    if (ops[i].peer == peer && !ops[i].is_send == !is_send && k-- == 0) return i;
+  return -1;
+}
+
+static ncclResult_t p2p_self_lane(int rank, const struct weft_p2p *ops, int nops,
+                                  struct weft_lane *lane) {
+  for (int k = 0;; k++) {
+    int s = p2p_nth(ops, nops, rank, 1, k), r = p2p_nth(ops, nops, rank, 0, k);
+    if (s < 0 && r < 0) return ncclSuccess;
+    if (s < 0 || r < 0) {
+      WARN("rank %d: ncclSend/ncclRecv to itself: op %d has no matching %s in the group", rank,
+           s < 0 ? r : s, s < 0 ? "ncclSend" : "ncclRecv");
+      return ncclInvalidUsage;
+    }
+    size_t bytes = ops[s].bytes < ops[r].bytes ? ops[s].bytes : ops[r].bytes;
+    struct weft_step st = weft_step_local((uint16_t)r, 0, (uint16_t)s, 0, bytes, 0);
+    WEFT_CHECK(weft_lane_push(lane, &st));
+  }
+}
+
+static ncclResult_t p2p_peer_lane(int peer, const struct weft_p2p *ops, int nops,
+                                  struct weft_lane *lane) {
+  for (int k = 0;; k++) {
+    int s = p2p_nth(ops, nops, peer, 1, k), r = p2p_nth(ops, nops, peer, 0, k);
+    if (s < 0 && r < 0) return ncclSuccess;
+    struct weft_step st = {.send_peer = -1, .recv_peer = -1};
+    if (r >= 0) st = weft_step_recv(peer, WEFT_STEP_COPY, (uint16_t)r, 0, 0, 0, ops[r].bytes);
+    if (s >= 0) {
+      st.flags |= WEFT_STEP_SEND;
+      st.send_buf = (uint16_t)s;
+      st.send_peer = peer;
+      st.send_bytes = ops[s].bytes;
+    }
+    WEFT_CHECK(weft_lane_push(lane, &st));
+  }
+}
+
+ncclResult_t weft_p2p_plan(int rank, const struct weft_p2p *ops, int nops, struct weft_plan *out) {
+  ncclResult_t res = ncclSuccess;
+  struct weft_plan plan = {0, NULL};
+  if (nops < 0 || nops >= WEFT_BUF_SCRATCH || (nops > 0 && ops == NULL)) {
+    WARN("rank %d: %d send/recv ops in one group; at most %d fit a plan", rank, nops,
+         WEFT_BUF_SCRATCH - 1);
+    return ncclInvalidUsage;
+  }
+  /* Peers in order of first appearance: lane i serves peers[i]. */
+  int *peers = malloc((size_t)(nops > 0 ? nops : 1) * sizeof(*peers));
+  if (peers == NULL) {
+    WARN("rank %d: out of memory planning %d send/recv ops", rank, nops);
+    return ncclSystemError;
+  }
+  int npeers = 0;
+  for (int i = 0; i < nops; i++) {
+    int seen = 0;
+    for (int j = 0; j < npeers && !seen; j++) seen = peers[j] == ops[i].peer;
+    if (!seen) peers[npeers++] = ops[i].peer;
+  }
+  WEFT_CHECK_GOTO(weft_plan_alloc(&plan, npeers), res, out_free);
+  for (int i = 0; i < npeers; i++) {
+    plan.lanes[i].channel = 0;
+    if (peers[i] == rank)
+      WEFT_CHECK_GOTO(p2p_self_lane(rank, ops, nops, &plan.lanes[i]), res, out_free);
+    else
+      WEFT_CHECK_GOTO(p2p_peer_lane(peers[i], ops, nops, &plan.lanes[i]), res, out_free);
+  }
+  *out = plan;
+  plan = (struct weft_plan){0, NULL};
+out_free:
+  weft_plan_free(&plan);
+  free(peers);
+  return res;
+}

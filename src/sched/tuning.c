@@ -1,0 +1,243 @@
+/* Tuning: a cost model picks the algorithm of each collective, and the
+ * channel count and chunk size follow the message size; NCCL_ALGO,
+ * NCCL_PROTO, NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS override, read once
+ * per process in NCCL's syntax.
+ *
+ * The model is latency + bytes / bandwidth per algorithm, with a latency
+ * (alpha) and a bandwidth (beta) per transport: shared memory when every
+ * peer is on this host and NCCL_SHM_DISABLE is not set, else sockets. The
+ * numbers are host-rank figures measured with weft-bench on a small machine;
+ * they only need to be right relative to each other, and they give
+ * ncclGroupSimulateEnd its estimate. */
+#include "sched/tuning.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/comm.h"
+#include "core/debug.h"
+#include "core/param.h"
+
+/* Per-step latency in microseconds and bandwidth in bytes per microsecond. */
+#define SHM_ALPHA_US 3.0
+#define SHM_BETA 5000.0    /* 5 GB/s */
+#define SOCK_ALPHA_US 15.0
+#define SOCK_BETA 1000.0   /* 1 GB/s */
+#define LOCAL_BETA 10000.0 /* one rank: a memory copy */
+
+#define DEFAULT_CHUNK (512 * 1024)
+/* Bytes per channel below which another channel does not pay off. */
+#define BYTES_PER_CHANNEL (1024 * 1024)
+
+static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree"};
+/* NCCL's protocols; the host engine runs Simple whatever is asked. */
+enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
+static const char *const proto_names[PROTO_NCCL_COUNT] = {"Simple", "LL", "LL128"};
+/* Algorithms NCCL has and weft does not: named, so they are ignored quietly. */
+static const char *const foreign_algos[] = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree",
+                                            "PAT", "CollNet"};
+/* Names of the collectives in NCCL_ALGO="allreduce:tree;broadcast:ring". */
+static const char *const func_keys[WEFT_FUNC_COUNT] = {"allreduce", "allgather", "reducescatter",
+                                                       "broadcast", "reduce",    "send",
+                                                       "recv"};
+
+static struct {
+  unsigned algo_mask[WEFT_FUNC_COUNT];  /* bit per enum weft_algo */
+  unsigned proto_mask[WEFT_FUNC_COUNT]; /* bit per PROTO_* */
+} tuning;
+static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
+
+/* One name of a list: the bit it sets in mask, 0 for a known name weft does
+ * not have, -1 for a name nobody has. */
+static int list_name_bit(const char *name, size_t len, int protos) {
+  int n = protos ? PROTO_NCCL_COUNT : WEFT_ALGO_COUNT;
+  const char *const *names = protos ? proto_names : algo_names;
+  for (int i = 0; i < n; i++)
+    if (strlen(names[i]) == len && strncasecmp(name, names[i], len) == 0) return 1 << i;
+  for (size_t i = 0; !protos && i < sizeof(foreign_algos) / sizeof(*foreign_algos); i++)
+    if (strlen(foreign_algos[i]) == len && strncasecmp(name, foreign_algos[i], len) == 0) {
+      INFO(WEFT_TUNING, "NCCL_ALGO: %.*s is not an algorithm of weft; ignored", (int)len, name);
+      return 0;
+    }
+  return -1;
+}
+
+/* Parses "a,b,c" or "^a,b" (len bytes at s) into a mask of all_mask's
+ * bits; -1 when a name is unknown. */
+static int list_parse(const char *s, size_t len, int protos, unsigned all_mask, unsigned *out) {
+  int exclude = len > 0 && s[0] == '^';
+  unsigned mask = 0;
+  size_t i = exclude ? 1 : 0;
+  while (i < len) {
+    size_t j = i;
+    while (j < len && s[j] != ',') j++;
+    size_t a = i, b = j;
+    while (a < b && isspace((unsigned char)s[a])) a++;
+    while (b > a && isspace((unsigned char)s[b - 1])) b--;
+    if (b > a) {
+      int bit = list_name_bit(s + a, b - a, protos);
+      if (bit < 0) return -1;
+      mask |= (unsigned)bit;
+    }
+    i = j + 1;
+  }
+  *out = exclude ? all_mask & ~mask : mask;
+  return 0;
+}
+
+/* Index of the collective named by s[0..len), or -1. */
+static int func_key(const char *s, size_t len) {
+  while (len > 0 && isspace((unsigned char)*s)) s++, len--;
+  while (len > 0 && isspace((unsigned char)s[len - 1])) len--;
+  for (int f = 0; f < WEFT_FUNC_COUNT; f++)
+    if (strlen(func_keys[f]) == len && strncasecmp(s, func_keys[f], len) == 0) return f;
+  return -1;
+}
+
+/* Parses a whole NCCL_ALGO / NCCL_PROTO value: ';'-separated sections, each
+ * a list for every collective or "collective:list" for one. Returns -1 (and
+ * leaves masks alone) on anything it cannot read. */
+static int env_parse(const char *value, int protos, unsigned all_mask, unsigned masks[]) {
+  unsigned parsed[WEFT_FUNC_COUNT];
+  memcpy(parsed, masks, sizeof(parsed));
+  for (const char *sec = value; *sec != '\0';) {
+    const char *end = strchr(sec, ';');
+    size_t len = end ? (size_t)(end - sec) : strlen(sec);
+    const char *colon = memchr(sec, ':', len);
+    int func = -1;
+    const char *list = sec;
+    if (colon != NULL) {
+      func = func_key(sec, (size_t)(colon - sec));
+      if (func < 0) return -1;
+      list = colon + 1;
+    }
+    unsigned mask;
+    if (list_parse(list, len - (size_t)(list - sec), protos, all_mask, &mask) != 0) return -1;
+    for (int f = 0; f < WEFT_FUNC_COUNT; f++)
+      if (func < 0 || f == func) parsed[f] = mask;
+    sec += len + (end ? 1 : 0);
+  }
+  memcpy(masks, parsed, sizeof(parsed));
+  return 0;
+}
+
+static void tuning_load(void) {
+  for (int f = 0; f < WEFT_FUNC_COUNT; f++) {
+    tuning.algo_mask[f] = (1u << WEFT_ALGO_COUNT) - 1;
+    tuning.proto_mask[f] = (1u << PROTO_NCCL_COUNT) - 1;
+  }
+  const char *algo = weft_param_str(WEFT_PARAM_ALGO);
+  if (algo != NULL && env_parse(algo, 0, (1u << WEFT_ALGO_COUNT) - 1, tuning.algo_mask) != 0)
+    WARN("NCCL_ALGO=%s: cannot parse; expected e.g. Ring,Tree or ^Tree or allreduce:tree;"
+         "broadcast:ring (algorithms: Ring, Tree); using the defaults", algo);
+  const char *proto = weft_param_str(WEFT_PARAM_PROTO);
+  if (proto != NULL &&
+      env_parse(proto, 1, (1u << PROTO_NCCL_COUNT) - 1, tuning.proto_mask) != 0)
+    WARN("NCCL_PROTO=%s: cannot parse; expected e.g. Simple,LL or ^LL128 (protocols: Simple, "
+         "LL, LL128); using the defaults", proto);
+}
+
+/* Shared memory when every peer is on this host and it is not disabled. */
+static int comm_on_shm(const struct ncclComm *comm) {
+  if (weft_param_int(WEFT_PARAM_SHM_DISABLE) != 0) return 0;
+  for (int i = 0; i < comm->nranks; i++)
+    if (comm->peers[i].host_hash != comm->peers[comm->rank].host_hash) return 0;
+  return 1;
+}
+
+/* The model: microseconds for func moving `bytes` (the caller's buffer; for
+ * AllGather/ReduceScatter one rank's share) with algo over n ranks. */
+static double model_us(enum weft_func func, enum weft_algo algo, int n, double bytes,
+                       double alpha, double beta) {
+  if (n == 1) return bytes / LOCAL_BETA;
+  double steps = n - 1;
+  switch (func) {
+    case WEFT_FUNC_ALLREDUCE:
+      if (algo == WEFT_ALGO_TREE) return 2.0 * ceil(log2(n)) * alpha + 2.0 * bytes / beta;
+      return 2.0 * steps * alpha + 2.0 * steps / n * bytes / beta;
+    case WEFT_FUNC_ALLGATHER:
+    case WEFT_FUNC_REDUCESCATTER: return steps * alpha + steps * bytes / beta;
+    case WEFT_FUNC_BROADCAST:
+    case WEFT_FUNC_REDUCE: return steps * alpha + bytes / beta; /* a pipelined chain */
+    default: return alpha + bytes / beta;                       /* send/recv */
+  }
+}
+
+/* The allowed algorithm the model says is fastest (Ring when NCCL_ALGO
+ * leaves nothing weft has for func). */
+static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha,
+                                double beta, double *est_out) {
+  unsigned mask = tuning.algo_mask[func];
+  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree: AllReduce only */
+  if (mask == 0) mask = 1u << WEFT_ALGO_RING;
+  enum weft_algo best = WEFT_ALGO_RING;
+  double best_us = -1;
+  for (int a = 0; a < WEFT_ALGO_COUNT; a++) {
+    if (!(mask & (1u << a))) continue;
+    double us = model_us(func, (enum weft_algo)a, n, bytes, alpha, beta);
+    if (best_us < 0 || us < best_us) best = (enum weft_algo)a, best_us = us;
+  }
+  *est_out = best_us;
+  return best;
+}
+
+static int pick_nchannels(size_t total_bytes) {
+  int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
+  int64_t hi = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
+  if (hi > WEFT_MAX_CHANNELS) hi = WEFT_MAX_CHANNELS;
+  if (hi < 1) hi = 1;
+  if (lo < 1) lo = 1;
+  if (lo > hi) lo = hi;
+  int64_t n = (int64_t)(total_bytes / BYTES_PER_CHANNEL);
+  return (int)(n < lo ? lo : n > hi ? hi : n);
+}
+
+/* WEFT_CHUNK_SIZE or 512 KiB, a multiple of the element, no larger than a
+ * channel's share of the message (small messages move in one piece). */
+static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size) {
+  int64_t p = weft_param_int(WEFT_PARAM_CHUNK);
+  size_t chunk = p > 0 ? (size_t)p : DEFAULT_CHUNK;
+  size_t lane = (total_bytes + (size_t)nchannels - 1) / (size_t)nchannels;
+  lane = (lane + elem_size - 1) / elem_size * elem_size;
+  if (chunk > lane) chunk = lane;
+  chunk -= chunk % elem_size;
+  return chunk < elem_size ? elem_size : chunk;
+}
+
+/* The protocol: Simple unless NCCL_PROTO excludes it (host ranks run
+ * Simple anyway; the choice is logged so a user sees it had no effect). */
+static int pick_proto(enum weft_func func) {
+  unsigned mask = tuning.proto_mask[func];
+  for (int p = 0; p < PROTO_NCCL_COUNT; p++)
+    if (mask & (1u << p)) return p;
+  return PROTO_SIMPLE;
+}
+
+ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t bytes,
+                       size_t elem_size, struct weft_tuning *out) {
+  pthread_once(&tuning_once, tuning_load);
+  int n = comm->nranks;
+  int shm = comm_on_shm(comm);
+  double alpha = shm ? SHM_ALPHA_US : SOCK_ALPHA_US, beta = shm ? SHM_BETA : SOCK_BETA;
+  int p2p = func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV;
+  size_t total = bytes;
+  if ((func == WEFT_FUNC_ALLGATHER || func == WEFT_FUNC_REDUCESCATTER) &&
+      bytes <= SIZE_MAX / (size_t)n)
+    total = bytes * (size_t)n;
+  double est;
+  out->algo = pick_algo(func, n, (double)bytes, alpha, beta, &est);
+  int proto = pick_proto(func);
+  out->proto = proto == PROTO_LL && !comm->host_engine ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
+  out->nchannels = p2p ? 1 : pick_nchannels(total);
+  out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1);
+  out->estimated_us = (float)est;
+  INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",
+       weft_func_name(func), bytes, n, algo_names[out->algo], proto_names[proto],
+       comm->host_engine && proto != PROTO_SIMPLE ? " (host ranks run Simple)" : "",
+       out->nchannels, out->nchannels == 1 ? "" : "s", out->chunk_bytes, est,
+       n == 1 ? "local" : shm ? "shm" : "socket");
+  return ncclSuccess;
+}

@@ -1,0 +1,115 @@
+/* NVML, loaded at run time (libnvidia-ml.so.1 ships with the driver, not
+ * the toolkit): every active NVLink of every GPU and the bus id and kind of
+ * its far end, GPU or NVSwitch. Links to one target add up to a count. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "topo/detect.h"
+
+/* The few NVML types used, as nvml.h (v11+) lays them out. */
+typedef void *weft_nvml_device_t;
+struct weft_nvml_pci_info {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];
+};
+#define WEFT_NVML_MAX_LINKS 18
+#define WEFT_NVML_REMOTE_GPU 0
+#define WEFT_NVML_REMOTE_SWITCH 2
+
+struct nvml_api {
+  int (*init)(void);
+  int (*shutdown)(void);
+  int (*by_busid)(const char *, weft_nvml_device_t *);
+  int (*link_state)(weft_nvml_device_t, unsigned, int *);
+  int (*remote_pci)(weft_nvml_device_t, unsigned, struct weft_nvml_pci_info *);
+  int (*remote_type)(weft_nvml_device_t, unsigned, int *); /* optional */
+};
+
+/* A function pointer from dlsym, copied because ISO C has no cast from
+ * void * to a function pointer. */
+static void sym(void *lib, const char *name, void *fn_out) {
+  void *p = dlsym(lib, name);
+  memcpy(fn_out, &p, sizeof(p));
+}
+
+static int nvml_load(void *lib, struct nvml_api *api) {
+  sym(lib, "nvmlInit_v2", &api->init);
+  sym(lib, "nvmlShutdown", &api->shutdown);
+  sym(lib, "nvmlDeviceGetHandleByPciBusId_v2", &api->by_busid);
+  sym(lib, "nvmlDeviceGetNvLinkState", &api->link_state);
+  sym(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &api->remote_pci);
+  sym(lib, "nvmlDeviceGetNvLinkRemoteDeviceType", &api->remote_type);
+  return api->init && api->shutdown && api->by_busid && api->link_state && api->remote_pci ? 0
+                                                                                          : -1;
+}
+
+/* Adds one link from GPU node g to target, merging with a listed one. */
+static ncclResult_t add_link(struct weft_topo *topo, int g, const char *target, uint32_t tclass) {
+  for (int i = 0; i < topo->nnvlinks; i++) {
+    struct weft_topo_nvlink *l = &topo->nvlinks[i];
+    if (l->from == g && strcmp(l->target, target) == 0) {
+      l->count++;
+      return ncclSuccess;
+    }
+  }
+  return weft_topo_add_nvlink(topo, g, target, tclass, 1);
+}
+
+static ncclResult_t gpu_links(struct weft_topo *topo, const struct nvml_api *api, int g,
+                              int *links_out) {
+  weft_nvml_device_t dev;
+  char target[WEFT_TOPO_BUSID_LEN];
+  *links_out = 0;
+  if (api->by_busid(topo->nodes[g].busid, &dev) != 0) return ncclSuccess;
+  for (unsigned l = 0; l < WEFT_NVML_MAX_LINKS; l++) {
+    int active = 0, type = -1;
+    struct weft_nvml_pci_info pci;
+    memset(&pci, 0, sizeof(pci));
+    if (api->link_state(dev, l, &active) != 0 || !active) continue;
+    if (api->remote_pci(dev, l, &pci) != 0) continue;
+    pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
+    if (weft_topo_busid_normalize(pci.bus_id, target) != 0) continue;
+    if (api->remote_type == NULL || api->remote_type(dev, l, &type) != 0) type = -1;
+    int to = weft_topo_find_busid(topo, target);
+    /* Without the kind, a target that is not one of our GPUs is taken for
+     * an NVSwitch, as NCCL does. */
+    int gpu = type == WEFT_NVML_REMOTE_GPU ||
+              (type < 0 && to >= 0 && topo->nodes[to].kind == WEFT_TOPO_GPU);
+    uint32_t tclass = gpu ? 0x030200 : type == WEFT_NVML_REMOTE_SWITCH || type < 0 ? 0x068000
+                                                                                 : 0x060000;
+    WEFT_CHECK(add_link(topo, g, target, tclass));
+    (*links_out)++;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_topo_detect_nvml(struct weft_topo *topo) {
+  struct nvml_api api;
+  int total = 0;
+  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) {
+    INFO(WEFT_GRAPH, "topology: NVML not found (%s); NVLinks are not seen", dlerror());
+    return ncclSuccess;
+  }
+  memset(&api, 0, sizeof(api));
+  if (nvml_load(lib, &api) != 0 || api.init() != 0) {
+    INFO(WEFT_GRAPH, "topology: NVML would not start; NVLinks are not seen");
+    dlclose(lib);
+    return ncclSuccess;
+  }
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < topo->nnodes && res == ncclSuccess; i++) {
+    int links = 0;
+    if (topo->nodes[i].kind != WEFT_TOPO_GPU) continue;
+    res = gpu_links(topo, &api, i, &links);
+    total += links;
+  }
+  api.shutdown();
+  dlclose(lib);
+  topo->sources |= WEFT_TOPO_SRC_NVML;
+  INFO(WEFT_GRAPH, "topology: NVML found %d active NVLinks", total);
+  return res;
+}
