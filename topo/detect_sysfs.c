@@ -35,7 +35,7 @@ static uint64_t host_hash(void) {
 static void cpu_identify(struct weft_topo_node *cpu) {
   struct utsname u;
   char line[256];
-  if (uname(&u) == 0) snprintf(cpu->arch, sizeof(cpu->arch), "%s", u.machine);
+  if (uname(&u) == 0) snprintf(cpu->arch, sizeof(cpu->arch), "%.15s", u.machine);
   FILE *f = fopen("/proc/cpuinfo", "r");
   while (f && fgets(line, sizeof(line), f)) {
     char *v = strchr(line, ':');

@@ -88,6 +88,7 @@ static void print_legend(const struct weft_topo *t, FILE *out) {
   for (int k = 0; k < t->nnics; k++) {
     const struct weft_topo_node *n = &t->nodes[t->nics[k]];
     fprintf(out, "  NIC%d: %s", k, n->name);
+    if (n->port > 0) fprintf(out, " port %d", n->port);
     if (n->speed > 0) fprintf(out, " (%d Gb/s)", n->speed / 1000);
     fprintf(out, "\n");
   }

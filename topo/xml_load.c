@@ -227,7 +227,7 @@ static ncclResult_t load_cpu(struct load_ctx *c, const xmlNode *x) {
 static ncclResult_t load_doc(struct load_ctx *c, xmlDoc *doc) {
   const xmlNode *root = xmlDocGetRootElement(doc);
   if (doc->intSubset != NULL || doc->extSubset != NULL)
-    return bad(c, (const xmlNode *)doc->intSubset, "a DOCTYPE is not allowed in a topology file",
+    return bad(c, root, "a DOCTYPE (before this element) is not allowed in a topology file",
                NULL);
   if (root == NULL || !is(root, "system"))
     return bad(c, root, "the root element must be <system>",
@@ -238,11 +238,32 @@ static ncclResult_t load_doc(struct load_ctx *c, xmlDoc *doc) {
   return ncclSuccess;
 }
 
+/* The first error libxml2 reports is the one to show; later ones are its
+ * consequences. It arrives through the parser context's _private. */
+struct first_error {
+  int set, line;
+  char msg[200];
+};
+
+#if LIBXML_VERSION >= 21200
+static void on_error(void *user, const xmlError *e) {
+#else
+static void on_error(void *user, xmlErrorPtr e) {
+#endif
+  struct first_error *f = user ? ((xmlParserCtxt *)user)->_private : NULL;
+  if (f == NULL || f->set || e == NULL || e->level < XML_ERR_ERROR) return;
+  f->set = 1;
+  f->line = e->line;
+  snprintf(f->msg, sizeof(f->msg), "%s", e->message ? e->message : "unreadable");
+  f->msg[strcspn(f->msg, "\n")] = '\0';
+}
+
 static ncclResult_t parse(const char *buf, size_t len, const char *name,
                           struct weft_topo **topo_out) {
   ncclResult_t res = ncclSuccess;
   struct load_ctx c = {NULL, name};
-  if (len > WEFT_TOPO_MAX_FILE) {
+  struct first_error first = {0, 0, ""};
+  if (len > WEFT_TOPO_MAX_FILE || len > INT_MAX) {
     WARN("topology file %s: %zu bytes, more than the %d allowed", name, len, WEFT_TOPO_MAX_FILE);
     return ncclInvalidUsage;
   }
@@ -251,16 +272,16 @@ static ncclResult_t parse(const char *buf, size_t len, const char *name,
     WARN("topology file %s: libxml2 could not make a parser", name);
     return ncclSystemError;
   }
+  ctxt->_private = &first;
+  ctxt->sax->serror = on_error;
   /* No XML_PARSE_NOENT (entities stay unexpanded), no DTD loading, no
    * network, no HUGE (libxml2's own depth and size limits stay on). */
-  int opts = XML_PARSE_NONET | XML_PARSE_NOBLANKS | XML_PARSE_NOERROR | XML_PARSE_NOWARNING;
+  int opts = XML_PARSE_NONET | XML_PARSE_NOBLANKS;
   xmlDoc *doc = xmlCtxtReadMemory(ctxt, buf, (int)len, name, NULL, opts);
-  if (doc == NULL) {
-    const xmlError *e = xmlCtxtGetLastError(ctxt);
-    char msg[256];
-    snprintf(msg, sizeof(msg), "%s", e && e->message ? e->message : "unreadable");
-    msg[strcspn(msg, "\n")] = '\0';
-    WARN("topology file %s:%d: not well-formed XML: %s", name, e ? e->line : 0, msg);
+  if (doc == NULL || !ctxt->wellFormed) {
+    WARN("topology file %s:%d: not well-formed XML: %s", name, first.line,
+         first.set ? first.msg : "unreadable");
+    xmlFreeDoc(doc);
     xmlFreeParserCtxt(ctxt);
     return ncclInvalidUsage;
   }

@@ -21,6 +21,10 @@
 
 /* Polls before a wait starts yielding. */
 #define SPIN_PURE 16
+/* ... and when every rank has a core: a few microseconds, past a round
+ * trip between cores, short enough that a rank whose peer lost its core
+ * to another process soon hands its own over. */
+#define SPIN_PURE_ALONE 256
 /* Longest single sleep: how late an abort or a deadline may be noticed. */
 #define WAIT_MAX_SLEEP_MS 100
 /* Descriptors one sleep watches; past this it naps instead. */
@@ -42,7 +46,7 @@ int64_t weft_spin_pure(int local_ranks) {
   int ncpu = 0;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) ncpu = CPU_COUNT(&set);
   if (ncpu <= 0) ncpu = 1;
-  return local_ranks <= ncpu ? weft_param_int(WEFT_PARAM_SPIN) : SPIN_PURE;
+  return local_ranks <= ncpu ? SPIN_PURE_ALONE : SPIN_PURE;
 }
 
 void weft_progress_wait_init(struct weft_progress_wait *w, int64_t window_ms, int64_t pure) {

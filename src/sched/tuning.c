@@ -184,10 +184,12 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
   return best;
 }
 
-static int pick_nchannels(size_t total_bytes) {
+/* The tree runs its two trees on channels 2k and 2k+1, so it gets half. */
+static int pick_nchannels(size_t total_bytes, enum weft_algo algo) {
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
   int64_t hi = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
-  if (hi > WEFT_MAX_CHANNELS) hi = WEFT_MAX_CHANNELS;
+  int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
+  if (hi > max) hi = max;
   if (hi < 1) hi = 1;
   if (lo < 1) lo = 1;
   if (lo > hi) lo = hi;
@@ -231,7 +233,7 @@ ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t 
   out->algo = pick_algo(func, n, (double)bytes, alpha, beta, &est);
   int proto = pick_proto(func);
   out->proto = proto == PROTO_LL && !comm->host_engine ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
-  out->nchannels = p2p ? 1 : pick_nchannels(total);
+  out->nchannels = p2p ? 1 : pick_nchannels(total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1);
   out->estimated_us = (float)est;
   INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",

@@ -1,0 +1,324 @@
+/* Connections and the call check, through the public API on forked ranks:
+ * shm is chosen between ranks of one host and sockets with
+ * NCCL_SHM_DISABLE=1 (read from the NCCL_DEBUG=INFO logs); a /dev/shm
+ * without room falls back to sockets with a WARN; a rank killed mid-
+ * collective leaves no /dev/shm/weft-* behind and the others get an error
+ * within WEFT_TIMEOUT; ranks that disagree on a call, or on a send/recv
+ * size, all get ncclInvalidUsage and can go on with the communicator.
+ *
+ * Each test runs in its own Check fork, so the environment a test sets is
+ * read by that test's first NCCL call. */
+#include <check.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "nccl.h"
+
+#define COUNT 4096
+
+/* ---- Helpers ---------------------------------------------------------------- */
+
+static int allreduce_check(ncclComm_t comm, int rank, int nranks, size_t count) {
+  float *buf = malloc(count * sizeof(float));
+  HCHECK(buf != NULL, "out of memory");
+  for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + (int)(i % 7));
+  ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+  int bad = -1;
+  for (size_t i = 0; i < count && bad < 0 && res == ncclSuccess; i++) {
+    float want = (float)(nranks * (nranks - 1) / 2 + nranks * (int)(i % 7));
+    if (buf[i] != want) bad = (int)i;
+  }
+  free(buf);
+  HCHECK(res == ncclSuccess, "ncclAllReduce -> %d: %s", (int)res, ncclGetLastError(comm));
+  HCHECK(bad < 0, "all-reduce element %d is wrong", bad);
+  return 0;
+}
+
+static int init_allreduce_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* Sets up NCCL_DEBUG=INFO logging into a fresh directory, one file per
+ * process. */
+static void log_to_dir(char *dir, size_t size) {
+  snprintf(dir, size, "/tmp/weft-test-conn-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char file[300];
+  snprintf(file, sizeof(file), "%s/log.%%p", dir);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT,SHM,NET", 1);
+  setenv("NCCL_DEBUG_FILE", file, 1);
+}
+
+/* Every log file of dir, concatenated (malloc'd); removes them and dir. */
+static char *logs_take(const char *dir) {
+  size_t len = 0;
+  char *all = calloc(1, 1);
+  DIR *d = opendir(dir);
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    char *text = harness_read_file(path);
+    if (text != NULL) {
+      size_t n = strlen(text);
+      all = realloc(all, len + n + 1);
+      memcpy(all + len, text, n + 1);
+      len += n;
+      free(text);
+    }
+    unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+  return all;
+}
+
+/* ---- Transport choice ----------------------------------------------------------- */
+
+static char *run_logged(int nranks) {
+  char dir[64], why[4096];
+  log_to_dir(dir, sizeof(dir));
+  int rc = harness_procs(nranks, 60, init_allreduce_destroy, NULL, why, sizeof(why));
+  char *logs = logs_take(dir);
+  ck_assert_msg(rc == 0, "%s", why);
+  return logs;
+}
+
+START_TEST(test_shm_by_default) {
+  char *logs = run_logged(2);
+  ck_assert_msg(strstr(logs, "rank 0 -> rank 1 channel 0 via shm") != NULL &&
+                    strstr(logs, "rank 1 -> rank 0 channel 0 via shm") != NULL,
+                "no shm links in the logs:\n%s", logs);
+  ck_assert_msg(strstr(logs, "via net_socket") == NULL, "a socket link between local ranks:\n%s",
+                logs);
+  free(logs);
+}
+END_TEST
+
+START_TEST(test_sockets_without_shm) {
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  char *logs = run_logged(2);
+  ck_assert_msg(strstr(logs, "rank 0 -> rank 1 channel 0 via net_socket") != NULL &&
+                    strstr(logs, "rank 1 -> rank 0 channel 0 via net_socket") != NULL,
+                "no socket links in the logs:\n%s", logs);
+  ck_assert_msg(strstr(logs, "via shm") == NULL, "shm with NCCL_SHM_DISABLE=1:\n%s", logs);
+  free(logs);
+}
+END_TEST
+
+/* Slots twice the size of /dev/shm: posix_fallocate fails at once. */
+START_TEST(test_shm_full_falls_back) {
+  struct statvfs vfs;
+  ck_assert_int_eq(statvfs("/dev/shm", &vfs), 0);
+  unsigned long long total = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
+  char text[32];
+  snprintf(text, sizeof(text), "%llu", total / 4 + 4096);
+  setenv("WEFT_SHM_SLOT_BYTES", text, 1);
+  setenv("WEFT_SHM_SLOTS", "8", 1);
+  char *logs = run_logged(2);
+  ck_assert_msg(strstr(logs, "via net_socket") != NULL && strstr(logs, "via shm") == NULL,
+                "no fallback to sockets:\n%s", logs);
+  ck_assert_msg(strstr(logs, "WARN") != NULL && strstr(logs, "using sockets") != NULL,
+                "no WARN about the fallback:\n%s", logs);
+  free(logs);
+}
+END_TEST
+
+/* ---- A rank dies ------------------------------------------------------------------ */
+
+#define DIE_RANK 2
+#define DIE_TIMEOUT_S 5
+
+static void *die_later(void *arg) {
+  (void)arg;
+  harness_sleep_ms(300);
+  raise(SIGKILL);
+  return NULL;
+}
+
+/* Big all-reduces in a loop; DIE_RANK kills itself in the middle. The
+ * others must see an error within the timeout, then abort. */
+static int die_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  size_t count = 1 << 20;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  float *buf = calloc(count, sizeof(float));
+  HCHECK(buf != NULL, "out of memory");
+  pthread_t t;
+  if (rank == DIE_RANK) HCHECK(pthread_create(&t, NULL, die_later, NULL) == 0, "pthread_create");
+  ncclResult_t res = ncclSuccess;
+  double start = harness_now(), failed_at = 0;
+  while (res == ncclSuccess && harness_now() < start + 30) {
+    double t0 = harness_now();
+    res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+    failed_at = harness_now() - t0;
+  }
+  free(buf);
+  HCHECK(res != ncclSuccess, "all-reduces kept succeeding after rank %d died", DIE_RANK);
+  HCHECK(failed_at < DIE_TIMEOUT_S + 3, "the failing all-reduce took %.1f s", failed_at);
+  HNCCL(ncclCommAbort(comm));
+  return 0;
+}
+
+static int weft_shm_names(char names[][256], int max) {
+  DIR *d = opendir("/dev/shm");
+  int n = 0;
+  struct dirent *e;
+  if (d == NULL) return 0;
+  while ((e = readdir(d)) != NULL && n < max)
+    if (strncmp(e->d_name, "weft-", 5) == 0) snprintf(names[n++], 256, "%s", e->d_name);
+  closedir(d);
+  return n;
+}
+
+/* Names in /dev/shm now that were not there before (others' tests may
+ * come and go meanwhile; ours must not stay). */
+static int new_segments(char before[][256], int nbefore) {
+  static char now[256][256];
+  int n = weft_shm_names(now, 256), fresh = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < nbefore && !seen; j++) seen = strcmp(now[i], before[j]) == 0;
+    fresh += !seen;
+  }
+  return fresh;
+}
+
+START_TEST(test_rank_killed) {
+  static char before[256][256];
+  char why[4096];
+  char timeout[16];
+  snprintf(timeout, sizeof(timeout), "%d", DIE_TIMEOUT_S);
+  setenv("WEFT_TIMEOUT", timeout, 1);
+  int nbefore = weft_shm_names(before, 256);
+  int rc = harness_procs(3, 60, die_rank, NULL, why, sizeof(why));
+  ck_assert_msg(rc != 0, "rank %d did not die", DIE_RANK);
+  ck_assert_msg(strstr(why, "rank 2: died of signal 9") != NULL, "%s", why);
+  ck_assert_msg(strstr(why, "rank 0:") == NULL && strstr(why, "rank 1:") == NULL,
+                "a surviving rank failed: %s", why);
+  double until = harness_now() + 3;
+  int fresh;
+  while ((fresh = new_segments(before, nbefore)) > 0 && harness_now() < until)
+    harness_sleep_ms(50);
+  ck_assert_msg(fresh == 0, "%d /dev/shm/weft-* segments left behind", fresh);
+}
+END_TEST
+
+/* ---- Mismatches ------------------------------------------------------------------- */
+
+static int mismatch_count(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  float buf[16] = {0};
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  size_t count = rank == 0 ? 8 : 9;
+  ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+  HCHECK(res == ncclInvalidUsage, "mismatched all-reduce -> %d, expected ncclInvalidUsage",
+         (int)res);
+  const char *msg = ncclGetLastError(comm);
+  HCHECK(strstr(msg, "mismatch") && strstr(msg, "rank 0 called AllReduce(count 8") &&
+             strstr(msg, "rank 1 called AllReduce(count 9"),
+         "the error does not name the ranks and counts: %s", msg);
+  /* Nothing moved; the communicator is still in step. */
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_mismatched_count) {
+  char why[4096];
+  int rc = harness_procs(2, 60, mismatch_count, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+static int mismatch_func(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  float buf[64] = {0};
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  ncclResult_t res = rank == 2 ? ncclBroadcast(buf, buf, 64, ncclFloat32, 0, comm, NULL)
+                               : ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, comm, NULL);
+  HCHECK(res == ncclInvalidUsage, "mismatched call -> %d, expected ncclInvalidUsage", (int)res);
+  const char *msg = ncclGetLastError(comm);
+  HCHECK(strstr(msg, "ranks 0-1 called AllReduce") && strstr(msg, "rank 2 called Broadcast"),
+         "the error does not name who called what: %s", msg);
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_mismatched_call) {
+  char why[4096];
+  int rc = harness_procs(3, 60, mismatch_func, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+/* Rank 0 sends 100 floats, rank 1 posts 50: rank 1 gets ncclInvalidUsage,
+ * its buffer is untouched, and both go on. */
+static int mismatch_p2p(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  float buf[100];
+  for (int i = 0; i < 100; i++) buf[i] = (float)(rank * 1000 + i);
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (rank == 0) {
+    HNCCL(ncclSend(buf, 100, ncclFloat32, 1, comm, NULL));
+  } else {
+    ncclResult_t res = ncclRecv(buf, 50, ncclFloat32, 0, comm, NULL);
+    HCHECK(res == ncclInvalidUsage, "mismatched recv -> %d, expected ncclInvalidUsage", (int)res);
+    HCHECK(buf[0] == 1000.0f && buf[49] == 1049.0f, "the recv buffer was written");
+    const char *msg = ncclGetLastError(comm);
+    HCHECK(strstr(msg, "rank 0 sends 400 bytes but rank 1 receives 200"), "%s", msg);
+  }
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_mismatched_p2p) {
+  char why[4096];
+  int rc = harness_procs(2, 60, mismatch_p2p, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+int main(void) {
+  harness_env_defaults();
+  Suite *s = suite_create("conn");
+  TCase *tc = tcase_create("transports");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_shm_by_default);
+  tcase_add_test(tc, test_sockets_without_shm);
+  tcase_add_test(tc, test_shm_full_falls_back);
+  tcase_add_test(tc, test_rank_killed);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("mismatch");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_mismatched_count);
+  tcase_add_test(tc, test_mismatched_call);
+  tcase_add_test(tc, test_mismatched_p2p);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
