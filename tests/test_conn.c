@@ -248,6 +248,38 @@ START_TEST(test_mismatched_count) {
 }
 END_TEST
 
+/* Rank 0's 8 floats go direct (its record and data in one exchange), rank
+ * 1's 100000 go by ring after the call check: each reads the other's record,
+ * drains what follows it, and both report the mismatch and go on. */
+static int mismatch_algo(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  size_t count = rank == 0 ? 8 : 100000;
+  float *buf = calloc(count, sizeof(float));
+  HCHECK(buf != NULL, "out of memory");
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  for (int i = 0; i < 3; i++) {
+    ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+    HCHECK(res == ncclInvalidUsage, "mismatched all-reduce -> %d, expected ncclInvalidUsage",
+           (int)res);
+    const char *msg = ncclGetLastError(comm);
+    HCHECK(strstr(msg, "rank 0 called AllReduce(count 8,") &&
+               strstr(msg, "rank 1 called AllReduce(count 100000,"),
+           "the error does not name the ranks and counts: %s", msg);
+  }
+  free(buf);
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_mismatched_algo) {
+  char why[4096];
+  int rc = harness_procs(2, 60, mismatch_algo, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 static int mismatch_func(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm;
@@ -314,6 +346,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_mismatched_count);
   tcase_add_test(tc, test_mismatched_call);
+  tcase_add_test(tc, test_mismatched_algo);
   tcase_add_test(tc, test_mismatched_p2p);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

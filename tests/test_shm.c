@@ -51,6 +51,8 @@ static void set_env(void) {
   unsetenv("WEFT_SHM_SLOTS");
   unsetenv("WEFT_SHM_SLOT_BYTES");
   unsetenv("NCCL_BUFFSIZE");
+  unsetenv("WEFT_SHM_CMA");
+  unsetenv("WEFT_SHM_CMA_MIN");
 }
 
 static uint64_t random_hash(void) {
@@ -287,6 +289,210 @@ START_TEST(test_stream_pieces) {
 }
 END_TEST
 
+/* Single copy off: every byte goes through the segment. */
+START_TEST(test_stream_cma_off) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "0", 1);
+  run_stream();
+}
+END_TEST
+
+/* The probe fails (as under ptrace restrictions): the connection copies. */
+START_TEST(test_stream_cma_fallback) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "-1", 1);
+  run_stream();
+}
+END_TEST
+
+/* The sizes of the one-way stream: copied and single-copy sends, mixed,
+ * around the threshold (64 KiB). */
+static const size_t mixed_sizes[] = {1,     65535, 65536, 7,          200001,
+                                     13,    65537, 4096,  BIG_BYTES, 3};
+#define NMIXED (sizeof(mixed_sizes) / sizeof(mixed_sizes[0]))
+
+/* The sender of the one-way tests (a child): connects, waits for "go" (the
+ * receiver's probe is in by then), then sends the mixed stream, or, with
+ * `hang` set, publishes one send of `hang` bytes, says "r" and waits to be
+ * killed. Exits 0 when the stream went out. */
+static void oneway_sender(int to_parent, int from_parent, uint64_t hash, uint64_t seed,
+                          size_t hang) {
+  struct weft_conn c;
+  char handle[WEFT_CONN_HANDLE_BYTES], go;
+  conn_init(&c, WEFT_CONN_SEND, 1, 0, 0, hash, NULL);
+  if (weft_shm_ops.setup(&c, NULL) != ncclSuccess) _exit(1);
+  if (read_all(from_parent, handle, sizeof(handle)) != 0) _exit(2);
+  if (weft_shm_ops.connect(&c, handle, 0) != ncclSuccess) _exit(3);
+  if (read_all(from_parent, &go, 1) != 0) _exit(4);
+  if (hang > 0) {
+    char *buf = malloc(hang);
+    size_t done = 0;
+    fill(buf, hang, seed, 1, 0);
+    if (weft_shm_ops.send(&c, buf, hang, &done) != ncclSuccess || done != 0) _exit(5);
+    if (write_all(to_parent, "r", 1) != 0) _exit(6);
+    for (;;) pause();
+  }
+  char *buf = malloc(BIG_BYTES);
+  for (int m = 0; m < (int)NMIXED; m++) {
+    fill(buf, mixed_sizes[m], seed, 1, m);
+    if (pump(&c, buf, mixed_sizes[m], NULL, NULL, 0, WAIT_MS) != ncclSuccess) _exit(7);
+  }
+  free(buf);
+  _exit(weft_shm_ops.close(&c) == ncclSuccess ? 0 : 8);
+}
+
+/* The receiving end of the one-way tests: forks the sender and connects. */
+static pid_t oneway_start(struct weft_conn *c, uint64_t hash, uint64_t seed, size_t hang,
+                          int *up_out, int *down_out) {
+  int up[2], down[2];
+  char handle[WEFT_CONN_HANDLE_BYTES];
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) oneway_sender(up[1], down[0], hash, seed, hang);
+  conn_init(c, WEFT_CONN_RECV, 0, 1, 0, hash, NULL);
+  ck_assert_int_eq(weft_shm_ops.setup(c, handle), ncclSuccess);
+  ck_assert_int_eq(write_all(down[1], handle, sizeof(handle)), 0);
+  ck_assert_int_eq(weft_shm_ops.connect(c, NULL, now_ms() + WAIT_MS), ncclSuccess);
+  ck_assert_int_eq(write_all(down[1], "g", 1), 0);
+  *up_out = up[0];
+  *down_out = down[1];
+  return pid;
+}
+
+/* Another process sends copied and single-copy messages in one stream; the
+ * receiver reads it in pieces of random sizes that straddle the messages. */
+static void run_mixed_pieces(void) {
+  uint64_t hash = random_hash(), seed = random_hash(), rng = random_hash();
+  struct weft_conn c;
+  int up, down;
+  pid_t pid = oneway_start(&c, hash, seed, 0, &up, &down);
+  size_t total = 0;
+  for (size_t m = 0; m < NMIXED; m++) total += mixed_sizes[m];
+  char *want = malloc(total), *got = malloc(total);
+  for (size_t m = 0, off = 0; m < NMIXED; off += mixed_sizes[m++])
+    fill(want + off, mixed_sizes[m], seed, 1, (int)m);
+  memset(got, 0x5a, total);
+  for (size_t off = 0; off < total;) {
+    size_t piece = 1 + xorshift(&rng) % 300000;
+    if (piece > total - off) piece = total - off;
+    ck_assert_int_eq(pump(NULL, NULL, 0, &c, got + off, piece, WAIT_MS), ncclSuccess);
+    off += piece;
+  }
+  ck_assert(memcmp(want, got, total) == 0);
+  ck_assert_int_eq(wait_exit(pid), 0);
+  ck_assert_int_eq(weft_shm_ops.close(&c), ncclSuccess);
+  ck_assert_int_eq(count_segments(hash), 0);
+  close(up);
+  close(down);
+  free(want);
+  free(got);
+}
+
+START_TEST(test_mixed_pieces) {
+  set_env();
+  run_mixed_pieces();
+}
+END_TEST
+
+START_TEST(test_mixed_pieces_cma_off) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "0", 1);
+  run_mixed_pieces();
+}
+END_TEST
+
+/* kill -9 of a sender whose single-copy send is half read: the receiver
+ * gets ncclRemoteError, not a hang. */
+START_TEST(test_kill_sender_cma) {
+  set_env();
+  uint64_t hash = random_hash(), seed = random_hash();
+  size_t big = 8u << 20, first = 1u << 20;
+  struct weft_conn c;
+  int up, down;
+  char ready;
+  pid_t pid = oneway_start(&c, hash, seed, big, &up, &down);
+  ck_assert_int_eq(read_all(up, &ready, 1), 0);
+  char *buf = malloc(big), *want = malloc(big);
+  fill(want, big, seed, 1, 0);
+  ck_assert_int_eq(pump(NULL, NULL, 0, &c, buf, first, WAIT_MS), ncclSuccess);
+  ck_assert(memcmp(buf, want, first) == 0);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  int64_t t0 = now_ms();
+  ck_assert_int_eq(pump(NULL, NULL, 0, &c, buf + first, big - first, WAIT_MS), ncclRemoteError);
+  ck_assert_int_lt(now_ms() - t0, 5000);
+  ck_assert_ptr_nonnull(strstr(weft_last_error(), "exited"));
+  ck_assert_int_eq(weft_shm_ops.close(&c), ncclSuccess);
+  ck_assert_int_eq(count_segments(hash), 0);
+  close(up);
+  close(down);
+  free(buf);
+  free(want);
+}
+END_TEST
+
+/* One process holds both ends: a large send waits for its reader when
+ * single copy is on, and lands in the segment at once when it is off or
+ * the probe failed; either way the bytes arrive in order. */
+static void run_cma_mode(int expect_cma) {
+  uint64_t hash = random_hash(), seed = random_hash();
+  struct weft_conn sc, rc;
+  char handle[WEFT_CONN_HANDLE_BYTES];
+  conn_init(&sc, WEFT_CONN_SEND, 0, 1, 2, hash, NULL);
+  conn_init(&rc, WEFT_CONN_RECV, 1, 0, 2, hash, NULL);
+  ck_assert_int_eq(weft_shm_ops.setup(&rc, handle), ncclSuccess);
+  ck_assert_int_eq(weft_shm_ops.setup(&sc, NULL), ncclSuccess);
+  ck_assert_int_eq(weft_shm_ops.connect(&sc, handle, 0), ncclSuccess);
+  ck_assert_int_eq(weft_shm_ops.connect(&rc, NULL, now_ms() + WAIT_MS), ncclSuccess);
+  size_t small = 100, big = 200000, sdone = 0, rdone = 0;
+  char *src = malloc(small + big), *dst = malloc(small + big);
+  fill(src, small + big, seed, 0, 0);
+  ck_assert_int_eq(weft_shm_ops.send(&sc, src, small, &sdone), ncclSuccess);
+  ck_assert_uint_eq(sdone, small);
+  sdone = 0;
+  ck_assert_int_eq(weft_shm_ops.send(&sc, src + small, big, &sdone), ncclSuccess);
+  ck_assert_uint_eq(sdone, expect_cma ? 0 : big);
+  /* 150 bytes: the copied 100, then 50 of the large send. */
+  ck_assert_int_eq(weft_shm_ops.recv(&rc, dst, 150, &rdone), ncclSuccess);
+  ck_assert_uint_eq(rdone, 150);
+  if (expect_cma) {
+    ck_assert_int_eq(weft_shm_ops.send(&sc, src + small, big, &sdone), ncclSuccess);
+    ck_assert_uint_eq(sdone, 50);
+  }
+  rdone = 0;
+  ck_assert_int_eq(weft_shm_ops.recv(&rc, dst + 150, small + big - 150, &rdone), ncclSuccess);
+  ck_assert_uint_eq(rdone, small + big - 150);
+  ck_assert_int_eq(weft_shm_ops.send(&sc, src + small, big, &sdone), ncclSuccess);
+  ck_assert_uint_eq(sdone, big);
+  ck_assert(memcmp(src, dst, small + big) == 0);
+  ck_assert_int_eq(weft_shm_ops.close(&sc), ncclSuccess);
+  ck_assert_int_eq(weft_shm_ops.close(&rc), ncclSuccess);
+  free(src);
+  free(dst);
+}
+
+START_TEST(test_cma_mode_on) {
+  set_env();
+  run_cma_mode(1);
+}
+END_TEST
+
+START_TEST(test_cma_mode_off) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "0", 1);
+  run_cma_mode(0);
+}
+END_TEST
+
+START_TEST(test_cma_mode_fallback) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "-1", 1);
+  run_cma_mode(0);
+}
+END_TEST
+
 /* The far end of the kill tests: connects, sends `pre` bytes if it is the
  * sender, says "ready" and waits to be killed. */
 static void kill_peer(enum weft_conn_dir dir, int to_parent, int from_parent, uint64_t hash,
@@ -312,6 +518,7 @@ static void kill_peer(enum weft_conn_dir dir, int to_parent, int from_parent, ui
  * what it sent still arrives, then the receiver gets ncclRemoteError. */
 START_TEST(test_kill_sender) {
   set_env();
+  setenv("WEFT_SHM_CMA", "0", 1); /* what it sent is in the segment */
   int up[2], down[2];
   uint64_t hash = random_hash();
   size_t pre = 100000;
@@ -543,6 +750,14 @@ int main(void) {
   tcase_add_test(tc, test_stream_default);
   tcase_add_test(tc, test_stream_small_slots);
   tcase_add_test(tc, test_stream_pieces);
+  tcase_add_test(tc, test_stream_cma_off);
+  tcase_add_test(tc, test_stream_cma_fallback);
+  tcase_add_test(tc, test_mixed_pieces);
+  tcase_add_test(tc, test_mixed_pieces_cma_off);
+  tcase_add_test(tc, test_kill_sender_cma);
+  tcase_add_test(tc, test_cma_mode_on);
+  tcase_add_test(tc, test_cma_mode_off);
+  tcase_add_test(tc, test_cma_mode_fallback);
   tcase_add_test(tc, test_kill_sender);
   tcase_add_test(tc, test_kill_receiver);
   tcase_add_test(tc, test_reclaim_stale);

@@ -59,9 +59,8 @@ out:
   return res;
 }
 
-ncclResult_t weft_topo_create(struct weft_topo **topo_out) {
+ncclResult_t weft_topo_open(struct weft_topo **topo_out) {
   const char *file = weft_param_str(WEFT_PARAM_TOPO_FILE);
-  const char *dump = weft_param_str(WEFT_PARAM_TOPO_DUMP_FILE);
   struct weft_topo *t = NULL;
   ncclResult_t res;
   if (file != NULL)
@@ -69,7 +68,6 @@ ncclResult_t weft_topo_create(struct weft_topo **topo_out) {
   else
     WEFT_CHECK(weft_topo_detect(&t));
   WEFT_CHECK_GOTO(weft_topo_policy_from_env(t, &t->policy), res, fail);
-  if (dump != NULL) WEFT_CHECK_GOTO(weft_topo_dump_xml(t, dump), res, fail);
   log_sources(t);
   WEFT_CHECK_GOTO(log_decisions(t), res, fail);
   *topo_out = t;
@@ -77,4 +75,19 @@ ncclResult_t weft_topo_create(struct weft_topo **topo_out) {
 fail:
   weft_topo_free(t);
   return res;
+}
+
+ncclResult_t weft_topo_create(struct weft_topo **topo_out) {
+  const char *dump = weft_param_str(WEFT_PARAM_TOPO_DUMP_FILE);
+  struct weft_topo *t = NULL;
+  WEFT_CHECK(weft_topo_open(&t));
+  if (dump != NULL) {
+    ncclResult_t res = weft_topo_dump_xml(t, dump);
+    if (res != ncclSuccess) {
+      weft_topo_free(t);
+      return res;
+    }
+  }
+  *topo_out = t;
+  return ncclSuccess;
 }

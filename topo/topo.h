@@ -121,6 +121,9 @@ struct weft_topo {
  * computed, policy from NCCL_P2P_LEVEL / NCCL_P2P_DISABLE / NCCL_SHM_DISABLE,
  * written to NCCL_TOPO_DUMP_FILE when set, summary logged at INFO/GRAPH. */
 ncclResult_t weft_topo_create(struct weft_topo **topo_out);
+/* weft_topo_create without writing NCCL_TOPO_DUMP_FILE: for the
+ * communicator, where one rank of many writes the file. */
+ncclResult_t weft_topo_open(struct weft_topo **topo_out);
 /* Reads an NCCL topology XML and computes paths (environment not read). */
 ncclResult_t weft_topo_load_xml(const char *path, struct weft_topo **topo_out);
 ncclResult_t weft_topo_load_xml_memory(const char *buf, size_t len, const char *name,

@@ -3,35 +3,13 @@
 #include <stdint.h>
 
 #include "api/alias.h"
+#include "api/check.h"
 #include "api/group.h"
 #include "api/redop.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "exec/reduce.h"
-
-/* A host rank reads and writes count elements at p: p must be host memory.
- * `name` says which buffer, with its count when that is not the caller's. */
-static ncclResult_t check_buffer(const char *caller, const char *name, const void *p,
-                                 size_t count, ncclDataType_t datatype) {
-  if (count > SIZE_MAX / weft_dtype_size(datatype)) {
-    WARN("%s: count %zu of %s overflows the address space", caller, count,
-         weft_dtype_name(datatype));
-    return ncclInvalidArgument;
-  }
-  if (count == 0) return ncclSuccess;
-  if (p == NULL) {
-    WARN("%s: %s is NULL with count %zu", caller, name, count);
-    return ncclInvalidArgument;
-  }
-  if (weft_device_is_device_ptr(p)) {
-    WARN("%s: %s %p is CUDA device memory; this communicator runs on host buffers (the CUDA "
-         "engine is not in this build yet)",
-         caller, name, p);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
 
 /* count * nranks elements (AllGather's recvbuff, ReduceScatter's sendbuff),
  * or an error when that overflows. */
@@ -46,20 +24,11 @@ static ncclResult_t check_total(const char *caller, const char *count_name, size
   return ncclSuccess;
 }
 
-static ncclResult_t check_root(const char *caller, int root, const struct ncclComm *comm) {
-  if (root < 0 || root >= comm->nranks) {
-    WARN("%s: root is %d, expected a rank in 0..%d", caller, root, comm->nranks - 1);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
-
 static ncclResult_t coll_submit(struct ncclComm *comm, const struct weft_coll *coll,
                                 const struct weft_redop_use *use) {
   TRACE(WEFT_COLL, "%s: rank %d opCount %llu count %zu %s op %d root %d sendbuff %p recvbuff %p",
         weft_func_name(coll->func), comm->rank, (unsigned long long)comm->op_seq, coll->count,
-        weft_dtype_name(coll->datatype), (int)coll->op, coll->root, coll->sendbuff,
-        coll->recvbuff);
+        weft_dtype_name(coll->datatype), (int)coll->op, coll->root, coll->sendbuff, coll->recvbuff);
   return weft_group_add(comm, coll, use);
 }
 
@@ -71,34 +40,33 @@ WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t
   (void)stream; /* host ranks: the call returns when the result is in recvbuff */
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
-  WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, count, datatype));
-  WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, count, datatype));
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
   return coll_submit(comm, &coll, &use);
 }
 WEFT_ALIAS(ncclAllReduce)
 
 WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
-                                    ncclDataType_t datatype, ncclComm_t comm,
-                                    cudaStream_t stream) {
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclAllGather";
   size_t total;
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(check_total(caller, "sendcount", sendcount, comm, &total));
-  WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, sendcount, datatype));
-  WEFT_CHECK(check_buffer(caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
-                          datatype));
-  struct weft_coll coll = {WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype,
-                           ncclSum,             0};
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, sendcount, datatype, 1));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
+                               datatype, 1));
+  struct weft_coll coll = {
+      WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
   return coll_submit(comm, &coll, NULL);
 }
 WEFT_ALIAS(ncclAllGather)
 
 WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
-                                        ncclDataType_t datatype, ncclRedOp_t op,
-                                        ncclComm_t comm, cudaStream_t stream) {
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
   static const char caller[] = "ncclReduceScatter";
   struct weft_redop_use use;
   size_t total;
@@ -106,11 +74,10 @@ WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(check_total(caller, "recvcount", recvcount, comm, &total));
-  WEFT_CHECK(check_buffer(caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
-                          datatype));
-  WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, recvcount, datatype));
-  struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype,
-                           op,                      0};
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
+                               datatype, 1));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, recvcount, datatype, 1));
+  struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
   return coll_submit(comm, &coll, &use);
 }
 WEFT_ALIAS(ncclReduceScatter)
@@ -123,12 +90,11 @@ WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
-  WEFT_CHECK(check_root(caller, root, comm));
-  WEFT_CHECK(check_buffer(caller, "recvbuff", recvbuff, count, datatype));
+  WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype));
-  struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype,
-                           ncclSum,             root};
+    WEFT_CHECK(weft_check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, 1));
+  struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root};
   return coll_submit(comm, &coll, NULL);
 }
 WEFT_ALIAS(ncclBroadcast)
@@ -140,8 +106,8 @@ WEFT_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatyp
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
-  WEFT_CHECK(check_root(caller, root, comm));
-  WEFT_CHECK(check_buffer(caller, "buff", buff, count, datatype));
+  WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
+  WEFT_CHECK(weft_check_buffer(caller, "buff", buff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, buff, buff, count, datatype, ncclSum, root};
   return coll_submit(comm, &coll, NULL);
 }
@@ -149,17 +115,17 @@ WEFT_ALIAS(ncclBcast)
 
 /* Reduce: recvbuff is written only at the root. */
 WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t count,
-                                 ncclDataType_t datatype, ncclRedOp_t op, int root,
-                                 ncclComm_t comm, cudaStream_t stream) {
+                                 ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                                 cudaStream_t stream) {
   static const char caller[] = "ncclReduce";
   struct weft_redop_use use;
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
-  WEFT_CHECK(check_root(caller, root, comm));
-  WEFT_CHECK(check_buffer(caller, "sendbuff", sendbuff, count, datatype));
+  WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype));
+    WEFT_CHECK(weft_check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
   return coll_submit(comm, &coll, &use);
 }

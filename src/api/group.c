@@ -151,8 +151,15 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
   }
   task.bufs[WEFT_BUF_IN] = (void *)(uintptr_t)coll->sendbuff;
   task.bufs[WEFT_BUF_OUT] = coll->recvbuff;
-  ncclResult_t res = tune.algo == WEFT_ALGO_TREE ? weft_tree_plan(&args, &task.plan)
-                                                 : weft_ring_plan(&args, &task.plan);
+  ncclResult_t res;
+  if (tune.algo == WEFT_ALGO_DIRECT && comm->nranks > 1) {
+    task.algo = WEFT_ALGO_DIRECT;
+    res = weft_direct_plan(comm->rank, comm->nranks, coll_bytes(coll), &task.plan);
+  } else if (tune.algo == WEFT_ALGO_TREE) {
+    res = weft_tree_plan(&args, &task.plan);
+  } else {
+    res = weft_ring_plan(&args, &task.plan);
+  }
   if (res != ncclSuccess) {
     free(task.bufs);
     WEFT_CHECK(res);

@@ -6,45 +6,13 @@
 #include <stdint.h>
 
 #include "api/alias.h"
+#include "api/check.h"
 #include "api/group.h"
 #include "api/redop.h"
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "exec/reduce.h"
-
-static ncclResult_t check_peer(const char *caller, const char *name, int peer,
-                               const struct ncclComm *comm) {
-  if (peer < 0 || peer >= comm->nranks) {
-    WARN("%s: %s is %d, expected a rank in 0..%d", caller, name, peer, comm->nranks - 1);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
-
-/* nblocks blocks of count elements at p: host memory, non-NULL unless
- * count is 0, and a size that fits the address space. */
-static ncclResult_t check_p2p_buffer(const char *caller, const char *name, const void *p,
-                                     size_t count, ncclDataType_t datatype, int nblocks) {
-  size_t elem = weft_dtype_size(datatype);
-  if (count > SIZE_MAX / elem / (size_t)nblocks) {
-    WARN("%s: count %zu of %s%s overflows the address space", caller, count,
-         weft_dtype_name(datatype), nblocks > 1 ? " per rank" : "");
-    return ncclInvalidArgument;
-  }
-  if (count == 0) return ncclSuccess;
-  if (p == NULL) {
-    WARN("%s: %s is NULL with count %zu", caller, name, count);
-    return ncclInvalidArgument;
-  }
-  if (weft_device_is_device_ptr(p)) {
-    WARN("%s: %s %p is CUDA device memory; this communicator runs on host buffers (the CUDA "
-         "engine is not in this build yet)",
-         caller, name, p);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
 
 /* Adds one send or receive (already checked) to the calling thread's group. */
 static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const void *buf,
@@ -64,14 +32,13 @@ static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const vo
   return weft_group_add(comm, &coll, NULL);
 }
 
-static ncclResult_t p2p_call(const char *caller, enum weft_func func, const void *buf,
-                             size_t count, ncclDataType_t datatype, int peer,
-                             struct ncclComm *comm) {
+static ncclResult_t p2p_call(const char *caller, enum weft_func func, const void *buf, size_t count,
+                             ncclDataType_t datatype, int peer, struct ncclComm *comm) {
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
-  WEFT_CHECK(check_peer(caller, "peer", peer, comm));
-  WEFT_CHECK(check_p2p_buffer(caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff", buf,
-                              count, datatype, 1));
+  WEFT_CHECK(weft_check_rank_arg(caller, "peer", peer, comm));
+  WEFT_CHECK(weft_check_buffer(caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff", buf, count,
+                               datatype, 1));
   return p2p_add(comm, func, buf, count, datatype, peer);
 }
 
@@ -102,22 +69,23 @@ static ncclResult_t implicit_group_end(ncclResult_t res) {
 }
 
 WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
-                                   ncclDataType_t datatype, ncclComm_t comm,
-                                   cudaStream_t stream) {
+                                   ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclAlltoAll";
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   int n = comm->nranks;
-  WEFT_CHECK(check_p2p_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
-  WEFT_CHECK(check_p2p_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
   size_t bytes = count * weft_dtype_size(datatype) * (size_t)n;
   const char *s = sendbuff, *r = recvbuff;
   /* Blocks are sent while others land: overlapping buffers would be read
    * after they were overwritten. */
   if (bytes > 0 && s < r + bytes && r < s + bytes) {
-    WARN("%s: sendbuff %p and recvbuff %p overlap (%zu bytes each); AlltoAll cannot run in "
-         "place", caller, sendbuff, recvbuff, bytes);
+    WARN(
+        "%s: sendbuff %p and recvbuff %p overlap (%zu bytes each); AlltoAll cannot run in "
+        "place",
+        caller, sendbuff, recvbuff, bytes);
     return ncclInvalidArgument;
   }
   ncclResult_t res = ncclSuccess;
@@ -142,11 +110,11 @@ WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t co
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
-  WEFT_CHECK(check_peer(caller, "root", root, comm));
+  WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;
-  WEFT_CHECK(check_p2p_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
   if (me == root)
-    WEFT_CHECK(check_p2p_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, n));
+    WEFT_CHECK(weft_check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, n));
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   if (me != root) {
@@ -174,11 +142,11 @@ WEFT_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t c
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
-  WEFT_CHECK(check_peer(caller, "root", root, comm));
+  WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;
-  WEFT_CHECK(check_p2p_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
   if (me == root)
-    WEFT_CHECK(check_p2p_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, n));
+    WEFT_CHECK(weft_check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, n));
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   if (me != root) {

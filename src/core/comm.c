@@ -10,6 +10,7 @@
 
 #include "core/bootstrap.h"
 #include "core/check.h"
+#include "core/comm_topo.h"
 #include "core/connect.h"
 #include "core/device.h"
 #include "core/param.h"
@@ -77,6 +78,7 @@ static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
   me->pid = (int)getpid();
   me->host_hash = host_hash();
   me->comm_hash = comm->comm_hash;
+  WEFT_CHECK(weft_comm_topo_describe(comm, me));
   WEFT_CHECK(weft_bootstrap_allgather(comm->bootstrap, comm->peers, sizeof(*comm->peers)));
   for (int r = 0; r < comm->nranks; r++) {
     if (comm->peers[r].rank != r || comm->peers[r].comm_hash != comm->comm_hash) {
@@ -94,8 +96,8 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   weft_param_print_all();
   WEFT_CHECK(weft_bootstrap_create(id, comm->rank, comm->nranks, &comm->bootstrap));
   WEFT_CHECK(exchange_peer_info(comm));
-  comm->ring_next = (comm->rank + 1) % comm->nranks;
-  comm->ring_prev = (comm->rank + comm->nranks - 1) % comm->nranks;
+  /* Transport per peer and the ring (with ring_next/ring_prev). */
+  WEFT_CHECK(weft_comm_topo_decide(comm));
   /* Data links are made when the first task needs them (core/connect.c),
    * so init costs no connections. */
   WEFT_CHECK(weft_host_engine_create(comm));
@@ -202,6 +204,7 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   free(comm->peers);
   free(comm->redops);
   free(comm->ring_order);
+  free(comm->peer_transport);
   comm->magic = 0;
   free(comm);
 }

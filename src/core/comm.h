@@ -18,6 +18,10 @@ struct weft_peer_info {
   int pad;
   uint64_t host_hash;
   uint64_t comm_hash;
+  /* Names the rank's view of the topology (GPUs and paths); ranks of one
+   * host with equal views compute equal rings from it (core/comm_topo.c). */
+  uint64_t topo_hash;
+  char busid[24]; /* the GPU's PCI bus id; "" for a host rank */
 };
 
 struct weft_conn;
@@ -54,8 +58,12 @@ struct ncclComm {
   /* PreMulSum operators (api/redop.c): op ncclNumOps + i is redops[i]. */
   struct weft_redop *redops;
   int nredops;
-  /* Ring order the schedules use: ring_order[i] is the rank at position i. */
+  /* Ring order the schedules use: ring_order[i] is the rank at position i.
+   * Set at init from the topology (core/comm_topo.c). */
   int *ring_order;
+  /* Transport to each peer (enum weft_topo_transport), decided at init from
+   * the topology; core/connect.c follows it. nranks entries. */
+  uint8_t *peer_transport;
 
   /* Collectives issued, in order; every rank counts the same sequence. */
   uint64_t op_seq;

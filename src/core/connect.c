@@ -1,14 +1,14 @@
 /* Connecting the communicator's links, when a task first needs them. For
  * a batch of missing links every rank (a) sets up the receiving end of
- * each link it receives on, picking the transport (shm to ranks of this
- * host, sockets otherwise), and sends the handle, tagged with the channel,
- * to the sender over the bootstrap; (b) receives the handle for each link
- * it sends on, creates the sending end of the transport the handle names,
- * and connects it; (c) completes its receiving ends. Sends connect before
- * any receive waits (shm's receiving connect waits for its sender to map
- * the segment; a socket's waits for the sender's connect, which the
- * listener's backlog holds), so pairs of ranks whose batches match never
- * wait on each other in a cycle. */
+ * each link it receives on, with the transport decided at init from the
+ * topology (shm to ranks of this host, sockets otherwise), and sends the
+ * handle, tagged with the channel, to the sender over the bootstrap; (b)
+ * receives the handle for each link it sends on, creates the sending end
+ * of the transport the handle names, and connects it; (c) completes its
+ * receiving ends. Sends connect before any receive waits (shm's receiving
+ * connect waits for its sender to map the segment; a socket's waits for the
+ * sender's connect, which the listener's backlog holds), so pairs of ranks
+ * whose batches match never wait on each other in a cycle. */
 #include "core/connect.h"
 
 #include <errno.h>
@@ -20,6 +20,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "topo/topo.h"
 #include "transport/socket.h"
 
 /* Transport ids as they travel in the first byte of a handle message. */
@@ -118,15 +119,20 @@ static ncclResult_t conn_collect(struct ncclComm *comm, const struct weft_conn_n
   return ncclSuccess;
 }
 
-/* shm when the peer is on this host and shm is allowed, else sockets. */
+/* The transport decided at init (core/comm_topo.c): net -> sockets; shm ->
+ * shm where it can connect, else sockets. P2P (GPU buffers) is not
+ * implemented here yet: shm carries it. */
 static ncclResult_t conn_pick(const struct ncclComm *comm, int peer, int *out) {
   const struct weft_peer_info *a = &comm->peers[comm->rank], *b = &comm->peers[peer];
   struct weft_transport_peer self = {a->rank, a->cuda_dev, a->pid, a->host_hash};
   struct weft_transport_peer other = {b->rank, b->cuda_dev, b->pid, b->host_hash};
   int ok = 0;
   *out = CONN_NET_SOCKET;
-  if (a->host_hash != b->host_hash || weft_param_int(WEFT_PARAM_SHM_DISABLE) == 1)
-    return ncclSuccess;
+  enum weft_topo_transport t = (enum weft_topo_transport)comm->peer_transport[peer];
+  if (t == WEFT_TRANSPORT_NET) return ncclSuccess;
+  if (t == WEFT_TRANSPORT_P2P)
+    INFO(WEFT_INIT | WEFT_SHM, "rank %d -> rank %d: P2P is not implemented for host buffers; %s",
+         comm->rank, peer, "using SHM");
   WEFT_CHECK(weft_shm_ops.can_connect(&self, &other, &ok));
   if (ok) *out = CONN_SHM;
   return ncclSuccess;

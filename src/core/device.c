@@ -62,3 +62,18 @@ void weft_device_select(int dev) {
   (void)dev;
 #endif
 }
+
+void weft_device_bus_id(int dev, char *buf, int len) {
+  if (len <= 0) return;
+  buf[0] = '\0';
+#if WEFT_HAVE_CUDA
+  if (dev >= 0 && cudaDeviceGetPCIBusId(buf, len, dev) != cudaSuccess) {
+    cudaGetLastError();
+    buf[0] = '\0';
+    INFO(WEFT_INIT,
+         "cudaDeviceGetPCIBusId(%d) failed; the rank's GPU is not placed in the topology", dev);
+  }
+#else
+  (void)dev;
+#endif
+}

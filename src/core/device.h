@@ -10,5 +10,8 @@ int weft_device_current(void);
 int weft_device_is_device_ptr(const void *p);
 /* Selects device dev for the calling thread; ignored when there is no CUDA. */
 void weft_device_select(int dev);
+/* Device dev's PCI bus id ("00000000:1a:00.0") in buf; "" when there is none
+ * (no CUDA, or the query fails). */
+void weft_device_bus_id(int dev, char *buf, int len);
 
 #endif

@@ -17,6 +17,10 @@
   X(P2P_DISABLE, "NCCL_P2P_DISABLE", 0, "1: no GPU peer-to-peer between GPUs")       \
   X(SHM_SLOTS, "WEFT_SHM_SLOTS", 8, "slots per shared-memory connection")           \
   X(SHM_SLOT_BYTES, "WEFT_SHM_SLOT_BYTES", 0, "shm slot bytes (0: BUFFSIZE/slots)") \
+  X(SHM_CMA, "WEFT_SHM_CMA", 1,                                                           \
+    "1: large shm sends are read once, straight from the sender (process_vm_readv); "    \
+    "0: always copy through the segment; -1 (tests): make the probe fail")               \
+  X(SHM_CMA_MIN, "WEFT_SHM_CMA_MIN", 65536, "shm sends of this many bytes or more go single-copy") \
   X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")        \
   X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)") \
   X(CHECK_MISMATCH, "WEFT_CHECK_MISMATCH", 1,                                              \
@@ -36,7 +40,7 @@
   X(DEBUG, "NCCL_DEBUG", NULL, "VERSION, WARN, INFO or TRACE")                      \
   X(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", NULL, "INIT,COLL,NET,ENV,... or ^excl")       \
   X(DEBUG_FILE, "NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid")                \
-  X(ALGO, "NCCL_ALGO", NULL, "algorithms: Ring,Tree, ^excl, or allreduce:tree;...")  \
+  X(ALGO, "NCCL_ALGO", NULL, "algorithms: Ring,Tree,Direct, ^excl, or allreduce:tree;...")  \
   X(PROTO, "NCCL_PROTO", NULL, "protocols: Simple,LL,LL128 or ^excl (host: Simple)")
 
 #define WEFT_PARAM_ENUM(id, env, def, help) WEFT_PARAM_##id,

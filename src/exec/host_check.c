@@ -1,6 +1,9 @@
-/* The call check: before a collective moves data, the ranks all-gather a
- * fixed-size record of what each was called with (a ring all-gather on
- * channel 0, run as a plan like any other), and every rank compares them.
+/* The call check: before a collective moves data, every rank sends a
+ * fixed-size record of what it was called with to every other rank (the
+ * direct plan with no bytes, run framed), and every rank compares them.
+ * A direct AllReduce needs no separate check: its records travel in front
+ * of its data, in the same exchange, and the rank-order reduction of what
+ * arrived runs only when every record agrees.
  * When they differ, every rank WARNs the same sentence naming who called
  * what, the task moves no data and ends in ncclInvalidUsage. The records
  * are the same size whatever the calls, so the links stay in step and the
@@ -15,19 +18,8 @@
 #include "exec/host_internal.h"
 #include "exec/reduce.h"
 
-#define DESC_MAGIC 0x43534457u /* "WDSC" */
 #define DESC_MSG_BYTES 1024
 
-struct host_desc {
-  uint32_t magic;
-  int32_t rank;
-  uint64_t seq;
-  uint64_t count;
-  int32_t func;
-  int32_t datatype;
-  int32_t op;   /* -1 where the call has none; ncclNumOps: a PreMulSum */
-  int32_t root; /* -1 where the call has none */
-};
 
 static int func_has_op(int func) {
   return func == WEFT_FUNC_ALLREDUCE || func == WEFT_FUNC_REDUCESCATTER ||
@@ -38,27 +30,28 @@ static int func_has_root(int func) {
   return func == WEFT_FUNC_BROADCAST || func == WEFT_FUNC_REDUCE;
 }
 
-static struct host_desc desc_of(const struct ncclComm *comm, const struct weft_host_task *task,
-                                uint64_t seq) {
+static struct weft_host_record desc_of(const struct ncclComm *comm, const struct weft_host_task *task,
+                                uint64_t seq, size_t payload) {
   const struct weft_coll *c = &task->coll;
   int op = (task->premul_sum || (unsigned)c->op >= ncclNumOps) ? ncclNumOps : (int)c->op;
-  return (struct host_desc){.magic = DESC_MAGIC,
+  return (struct weft_host_record){.magic = WEFT_HOST_RECORD_MAGIC,
                             .rank = comm->rank,
                             .seq = seq,
                             .count = c->count,
                             .func = (int32_t)c->func,
                             .datatype = (int32_t)c->datatype,
                             .op = func_has_op(c->func) ? op : -1,
-                            .root = func_has_root(c->func) ? c->root : -1};
+                            .root = func_has_root(c->func) ? c->root : -1,
+                            .payload = payload};
 }
 
-static int desc_same(const struct host_desc *a, const struct host_desc *b) {
+static int desc_same(const struct weft_host_record *a, const struct weft_host_record *b) {
   return a->func == b->func && a->count == b->count && a->datatype == b->datatype &&
-         a->op == b->op && a->root == b->root;
+         a->op == b->op && a->root == b->root && a->payload == b->payload;
 }
 
 /* "AllReduce(count 1024, ncclFloat32, ncclSum)" */
-static int desc_text(const struct host_desc *d, char *buf, size_t size) {
+static int desc_text(const struct weft_host_record *d, char *buf, size_t size) {
   const char *op = d->op == ncclNumOps ? "premulsum" : weft_op_name((ncclRedOp_t)d->op);
   int n = snprintf(buf, size, "%s(count %llu, %s", weft_func_name((enum weft_func)d->func),
                    (unsigned long long)d->count, weft_dtype_name((ncclDataType_t)d->datatype));
@@ -69,43 +62,31 @@ static int desc_text(const struct host_desc *d, char *buf, size_t size) {
   return n;
 }
 
-/* The ring all-gather of records: step s sends the record of rank me-s to
- * ring next and receives that of rank me-s-1 from ring previous. Built
+/* The records' exchange, and the direct reduction's operand list. Made
  * once per communicator. */
 static ncclResult_t check_plan(struct weft_host_engine *h) {
   struct weft_host_worker *w = &h->w;
   struct ncclComm *comm = h->comm;
   int n = comm->nranks, me = comm->rank;
   if (w->descs != NULL) return ncclSuccess;
-  w->descs = calloc((size_t)n, sizeof(struct host_desc));
-  w->desc_lane.steps = calloc((size_t)n - 1, sizeof(struct weft_step));
-  if (w->descs == NULL || w->desc_lane.steps == NULL) {
+  w->descs = calloc((size_t)n, sizeof(*w->descs));
+  w->direct_src = calloc((size_t)n, sizeof(*w->direct_src));
+  if (w->descs == NULL || w->direct_src == NULL) {
     WARN("rank %d: out of memory for the call check of %d ranks", me, n);
-    free(w->descs), free(w->desc_lane.steps);
-    w->descs = NULL, w->desc_lane.steps = NULL;
+    free(w->descs), free(w->direct_src);
+    w->descs = NULL, w->direct_src = NULL;
     return ncclSystemError;
   }
-  const size_t d = sizeof(struct host_desc);
-  for (int s = 0; s < n - 1; s++) {
-    w->desc_lane.steps[s] = (struct weft_step){
-        .flags = WEFT_STEP_SEND | WEFT_STEP_RECV | WEFT_STEP_COPY,
-        .send_buf = 0,
-        .dst_buf = 0,
-        .send_peer = comm->ring_next,
-        .recv_peer = comm->ring_prev,
-        .send_off = (size_t)((me - s + n) % n) * d,
-        .dst_off = (size_t)((me - s - 1 + 2 * n) % n) * d,
-        .send_bytes = d,
-        .recv_bytes = d,
-    };
+  ncclResult_t res = weft_direct_plan(me, n, 0, &w->desc_plan);
+  if (res != ncclSuccess) {
+    free(w->descs), free(w->direct_src);
+    w->descs = NULL, w->direct_src = NULL;
   }
-  w->desc_lane.nsteps = w->desc_lane.cap = (size_t)n - 1;
-  w->desc_plan = (struct weft_plan){1, &w->desc_lane};
-  return ncclSuccess;
+  return res;
 }
 
 /* "0,1,4-7" */
-static void ranks_text(const struct host_desc *all, int n, const int *group, int g, char *buf,
+static void ranks_text(const struct weft_host_record *all, int n, const int *group, int g, char *buf,
                        size_t size, int *count_out) {
   size_t len = 0;
   int count = 0;
@@ -126,7 +107,7 @@ static void ranks_text(const struct host_desc *all, int n, const int *group, int
 }
 
 /* Groups equal records and WARNs who called what, the same on every rank. */
-static void check_report(const struct ncclComm *comm, const struct host_desc *all, int n) {
+static void check_report(const struct ncclComm *comm, const struct weft_host_record *all, int n) {
   int *group = malloc((size_t)n * sizeof(int));
   char msg[DESC_MSG_BYTES], ranks[256], call[160];
   int ngroups = 0;
@@ -160,29 +141,13 @@ static void check_report(const struct ncclComm *comm, const struct host_desc *al
   free(group);
 }
 
-ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
-                                   uint64_t seq, int *agree_out) {
-  struct ncclComm *comm = h->comm;
-  struct weft_host_worker *w = &h->w;
+/* After a framed run: every rank's record is in; do they agree? */
+static ncclResult_t check_records(struct ncclComm *comm, const struct weft_host_record *all,
+                                  uint64_t seq, int *agree_out) {
   int n = comm->nranks;
-  WEFT_CHECK(check_plan(h));
-  struct host_desc *all = w->descs;
-  all[comm->rank] = desc_of(comm, task, seq);
-  char *bufs[1] = {w->descs};
-  struct weft_host_run r = {.h = h,
-                            .plan = &w->desc_plan,
-                            .bufs = bufs,
-                            .nbufs = 1,
-                            .datatype = ncclUint8,
-                            .op = ncclSum,
-                            .esize = 1,
-                            .what = "call check of collective",
-                            .seq = seq};
-  WEFT_CHECK(weft__host_plan_connect(&r));
-  WEFT_CHECK(weft__host_plan_run(&r));
   *agree_out = 1;
   for (int i = 0; i < n; i++) {
-    if (all[i].magic != DESC_MAGIC || all[i].rank != i) {
+    if (all[i].magic != WEFT_HOST_RECORD_MAGIC || all[i].rank != i) {
       WARN("rank %d: collective #%llu: rank %d sent no call record (is it in send/recv, or "
            "running another communicator's calls?); the ranks are out of step",
            comm->rank, (unsigned long long)seq, i);
@@ -191,5 +156,77 @@ ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft
     if (!desc_same(&all[i], &all[comm->rank])) *agree_out = 0;
   }
   if (!*agree_out) check_report(comm, all, n);
+  return ncclSuccess;
+}
+
+ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
+                                   uint64_t seq, int *agree_out) {
+  struct ncclComm *comm = h->comm;
+  struct weft_host_worker *w = &h->w;
+  WEFT_CHECK(check_plan(h));
+  w->descs[comm->rank] = desc_of(comm, task, seq, 0);
+  char *bufs[2] = {NULL, NULL};
+  struct weft_host_run r = {.h = h,
+                            .plan = &w->desc_plan,
+                            .bufs = bufs,
+                            .nbufs = 2,
+                            .datatype = ncclUint8,
+                            .op = ncclSum,
+                            .esize = 1,
+                            .records = w->descs,
+                            .what = "call check of collective",
+                            .seq = seq};
+  WEFT_CHECK(weft__host_plan_connect(&r));
+  WEFT_CHECK(weft__host_plan_run(&r));
+  return check_records(comm, w->descs, seq, agree_out);
+}
+
+/* The caller's input, kept aside when the output overwrites it before the
+ * reduction reaches this rank's turn (in place, rank 2 and up). */
+static ncclResult_t direct_self(struct weft_host_worker *w, const char *in, size_t bytes,
+                                int rank, const char **out) {
+  if (bytes > w->direct_self_cap) {
+    void *p;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+      WARN("rank %d: out of memory for a %zu-byte copy of the input", rank, bytes);
+      return ncclSystemError;
+    }
+    free(w->direct_self);
+    w->direct_self = p;
+    w->direct_self_cap = bytes;
+  }
+  memcpy(w->direct_self, in, bytes);
+  *out = w->direct_self;
+  return ncclSuccess;
+}
+
+ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft_host_task *task,
+                                   struct weft_host_run *r, ncclResult_t *usage_out) {
+  struct ncclComm *comm = h->comm;
+  struct weft_host_worker *w = &h->w;
+  int n = comm->nranks, me = comm->rank, agree = 0;
+  size_t bytes = task->coll.count * r->esize;
+  WEFT_CHECK(check_plan(h));
+  w->descs[me] = desc_of(comm, task, r->seq, bytes);
+  r->records = w->descs;
+  WEFT_CHECK(weft__host_plan_connect(r));
+  WEFT_CHECK(weft__host_plan_run(r));
+  WEFT_CHECK(check_records(comm, w->descs, r->seq, &agree));
+  if (!agree) {
+    *usage_out = ncclInvalidUsage; /* what arrived is dropped */
+    return ncclSuccess;
+  }
+  if (bytes == 0) return ncclSuccess;
+  const char *in = r->bufs[WEFT_BUF_IN];
+  char *out = r->bufs[WEFT_BUF_OUT];
+  for (int i = 0; i < r->plan->nlanes; i++)
+    w->direct_src[r->plan->lanes[i].steps[0].recv_peer] = w->lanes[i].scratch;
+  if (in == out && me >= 2) WEFT_CHECK(direct_self(w, in, bytes, me, &in));
+  w->direct_src[me] = in;
+  size_t count = task->coll.count;
+  weft_reduce_host(out, w->direct_src[0], w->direct_src[1], count, r->datatype, r->op);
+  for (int k = 2; k < n; k++)
+    weft_reduce_host(out, out, w->direct_src[k], count, r->datatype, r->op);
+  if (r->op == ncclAvg) weft_postop_avg_host(out, count, r->datatype, n);
   return ncclSuccess;
 }

@@ -22,6 +22,25 @@ enum weft_host_rx {
   WEFT_HOST_RX_REDUCE, /* a piece at a time into `piece`, then reduced into dst */
   WEFT_HOST_RX_HDR,    /* a send/recv header, before the data */
   WEFT_HOST_RX_DRAIN,  /* a mismatched send's bytes, discarded */
+  WEFT_HOST_RX_RECORD, /* a call record, before the data (framed runs) */
+};
+
+/* What a rank was called with (host_check.c). Framed runs (the call check,
+ * direct plans) send it before every send's bytes; payload says how many
+ * bytes follow, so a receiver that expected another size drains exactly
+ * those and the link stays in step. */
+#define WEFT_HOST_RECORD_MAGIC 0x43534457u /* "WDSC" */
+
+struct weft_host_record {
+  uint32_t magic;
+  int32_t rank;
+  uint64_t seq;
+  uint64_t count;
+  int32_t func;
+  int32_t datatype;
+  int32_t op;   /* -1 where the call has none; ncclNumOps: a PreMulSum */
+  int32_t root; /* -1 where the call has none */
+  uint64_t payload;
 };
 
 /* One lane in flight: its position in the plan and its two transfers. The
@@ -62,6 +81,7 @@ struct weft_host_run {
   ncclDataType_t datatype;
   ncclRedOp_t op; /* the op reductions use (a PreMulSum runs as ncclSum) */
   size_t esize;
+  struct weft_host_record *records; /* framed run: records[r] is rank r's (else NULL) */
   const char *what;   /* "AllReduce", "send/recv", "call check": for messages */
   uint64_t seq;
   ncclResult_t usage; /* a mismatched send/recv: reported, not fatal */
@@ -80,10 +100,13 @@ struct weft_host_worker {
   int needs_cap;
   void *premul;
   size_t premul_cap;
-  /* The call check: every rank's record and the ring all-gather plan. */
-  void *descs;
-  struct weft_lane desc_lane;
+  /* The call check: every rank's record, the record-only direct plan, and
+   * the direct reduction's operands in rank order. */
+  struct weft_host_record *descs;
   struct weft_plan desc_plan;
+  const char **direct_src;
+  void *direct_self;
+  size_t direct_self_cap;
 };
 
 struct weft_host_engine {
@@ -124,6 +147,10 @@ ncclResult_t weft__host_plan_connect(struct weft_host_run *r);
  * every rank's call; *agree_out is 0 when they differ (WARNed). */
 ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
                                    uint64_t seq, int *agree_out);
+/* A direct AllReduce (host_check.c): the plan's exchange carries the call
+ * records, then the arrivals are reduced in rank order into the output. */
+ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft_host_task *task,
+                                   struct weft_host_run *r, ncclResult_t *usage_out);
 /* Frees the worker's buffers (host_run.c). */
 void weft__host_worker_free(struct weft_host_worker *w);
 

@@ -82,13 +82,32 @@ static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
   struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->send_peer, WEFT_CONN_SEND);
   l->tx_data = run_buf(r, l, st->send_buf, st->send_off);
   l->tx_bytes = st->send_bytes;
-  if (r->is_p2p && st->send_off == 0) {
+  if (r->records != NULL) {
+    l->tx_hdr = 1;
+    l->tx = (struct weft_xfer){c, (char *)&r->records[r->h->comm->rank], sizeof(*r->records), 0};
+  } else if (r->is_p2p && st->send_off == 0) {
     l->tx_hdr = 1;
     l->tx_hdr_val = ((uint64_t)HOST_P2P_MAGIC << 48) | (uint64_t)r->p2p[st->send_buf].bytes;
     l->tx = (struct weft_xfer){c, (char *)&l->tx_hdr_val, sizeof(l->tx_hdr_val), 0};
   } else {
     l->tx = (struct weft_xfer){c, l->tx_data, l->tx_bytes, 0};
   }
+}
+
+/* The step's bytes: straight into dst, or a piece at a time to reduce. */
+static ncclResult_t lane_rx_data(const struct weft_host_run *r, struct weft_host_lane *l,
+                                 const struct weft_step *st) {
+  l->rx_mode = WEFT_HOST_RX_NONE;
+  if ((st->flags & WEFT_STEP_REDUCE) && st->recv_bytes > 0) {
+    WEFT_CHECK(lane_piece(r, l));
+    l->rx_mode = WEFT_HOST_RX_REDUCE;
+    l->rx_local = run_buf(r, l, st->local_buf, st->local_off);
+    lane_rx_piece(l);
+  } else if (st->recv_bytes > 0) {
+    l->rx_mode = WEFT_HOST_RX_COPY;
+    l->rx = (struct weft_xfer){l->rx.conn, l->rx_dst, st->recv_bytes, 0};
+  }
+  return ncclSuccess;
 }
 
 static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_lane *l,
@@ -98,19 +117,16 @@ static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_la
   l->rx_total = st->recv_bytes;
   l->rx_off = 0;
   l->rx.conn = c;
-  if (r->is_p2p && st->dst_buf == l->skip_buf && st->dst_off != 0) {
+  if (r->records != NULL) {
+    l->rx_mode = WEFT_HOST_RX_RECORD;
+    l->rx = (struct weft_xfer){c, (char *)&r->records[st->recv_peer], sizeof(*r->records), 0};
+  } else if (r->is_p2p && st->dst_buf == l->skip_buf && st->dst_off != 0) {
     l->rx_mode = WEFT_HOST_RX_NONE; /* the rest of an op already drained */
   } else if (r->is_p2p && st->dst_off == 0) {
     l->rx_mode = WEFT_HOST_RX_HDR;
     l->rx = (struct weft_xfer){c, (char *)&l->rx_hdr_val, sizeof(l->rx_hdr_val), 0};
-  } else if ((st->flags & WEFT_STEP_REDUCE) && st->recv_bytes > 0) {
-    WEFT_CHECK(lane_piece(r, l));
-    l->rx_mode = WEFT_HOST_RX_REDUCE;
-    l->rx_local = run_buf(r, l, st->local_buf, st->local_off);
-    lane_rx_piece(l);
-  } else if (st->recv_bytes > 0) {
-    l->rx_mode = WEFT_HOST_RX_COPY;
-    l->rx = (struct weft_xfer){c, l->rx_dst, st->recv_bytes, 0};
+  } else {
+    WEFT_CHECK(lane_rx_data(r, l, st));
   }
   return ncclSuccess;
 }
@@ -142,6 +158,33 @@ static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
     l->tx = (struct weft_xfer){l->tx.conn, l->tx_data, l->tx_bytes, 0};
     WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
   }
+  return ncclSuccess;
+}
+
+/* A call record arrived (framed runs): receive the data that follows, or
+ * drain it when the peer sends another size (the records will disagree,
+ * and the caller reports that once every record is in). */
+static ncclResult_t lane_rx_record(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_step *st = &l->lane->steps[l->step];
+  const struct weft_conn *c = l->rx.conn;
+  const struct weft_host_record *rec = &r->records[st->recv_peer];
+  if (rec->magic != WEFT_HOST_RECORD_MAGIC || rec->rank != st->recv_peer || rec->seq != r->seq) {
+    WARN("rank %d: %s #%llu: what rank %d sent on channel %d is not the call record of this "
+         "collective (is it in send/recv, or running another communicator's calls?); the "
+         "ranks are out of step",
+         c->rank, r->what, (unsigned long long)r->seq, c->peer, c->channel);
+    return ncclInvalidUsage;
+  }
+  if (rec->payload == st->recv_bytes) return lane_rx_data(r, l, st);
+  l->rx_mode = WEFT_HOST_RX_DRAIN;
+  l->rx_total = (size_t)rec->payload;
+  l->rx_off = 0;
+  if (l->rx_total == 0) {
+    l->rx_mode = WEFT_HOST_RX_NONE;
+    return ncclSuccess;
+  }
+  WEFT_CHECK(lane_piece(r, l));
+  lane_rx_piece(l);
   return ncclSuccess;
 }
 
@@ -184,6 +227,9 @@ static ncclResult_t lane_rx(struct weft_host_run *r, struct weft_host_lane *l, i
     switch (l->rx_mode) {
     case WEFT_HOST_RX_HDR:
       WEFT_CHECK(lane_rx_header(r, l));
+      continue;
+    case WEFT_HOST_RX_RECORD:
+      WEFT_CHECK(lane_rx_record(r, l));
       continue;
     case WEFT_HOST_RX_REDUCE: {
       const struct weft_step *st = &l->lane->steps[l->step];

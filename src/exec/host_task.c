@@ -147,7 +147,8 @@ static ncclResult_t task_run_p2p(struct weft_host_engine *h, struct weft_host_ta
 static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_task *task,
                                   uint64_t seq, ncclResult_t *usage_out) {
   struct ncclComm *comm = h->comm;
-  if (comm->nranks > 1 && weft_param_int(WEFT_PARAM_CHECK_MISMATCH) != 0) {
+  int direct = task->algo == WEFT_ALGO_DIRECT && comm->nranks > 1;
+  if (!direct && comm->nranks > 1 && weft_param_int(WEFT_PARAM_CHECK_MISMATCH) != 0) {
     int agree = 0;
     WEFT_CHECK(weft__host_check_call(h, task, seq, &agree));
     if (!agree) {
@@ -170,6 +171,7 @@ static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_t
                             .what = weft_func_name(task->coll.func),
                             .seq = seq};
   if (r.esize == 0) r.esize = 1;
+  if (direct) return weft__host_direct_run(h, task, &r, usage_out);
   WEFT_CHECK(weft__host_plan_connect(&r));
   return weft__host_plan_run(&r);
 }
@@ -196,6 +198,8 @@ void weft__host_worker_free(struct weft_host_worker *w) {
   free(w->needs);
   free(w->premul);
   free(w->descs);
-  free(w->desc_lane.steps);
+  weft_plan_free(&w->desc_plan);
+  free(w->direct_src);
+  free(w->direct_self);
   memset(w, 0, sizeof(*w));
 }

@@ -1,4 +1,7 @@
-/* Grouped send/recv as a plan: one lane per peer on channel 0 (each peer
+/* Pairwise schedules: grouped send/recv, and the direct exchange (every
+ * rank with every other rank at once; weft_direct_plan at the end).
+ *
+ * Grouped send/recv as a plan: one lane per peer on channel 0 (each peer
  * has its own connections, so lanes never share one). On a lane, the k-th
  * send to the peer and the k-th receive from it form one step: when two
  * ranks send to each other, each posts its send and its receive together
@@ -91,4 +94,29 @@ out_free:
   weft_plan_free(&plan);
   free(peers);
   return res;
+}
+
+/* Lane i talks to rank me+1+i, so lane k of rank a and the lane of rank b
+ * that names a use the two ends of the same channel-0 links. */
+ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_plan *out) {
+  WEFT_CHECK(weft_plan_alloc(out, nranks - 1));
+  for (int i = 0; i < nranks - 1; i++) {
+    int peer = (rank + 1 + i) % nranks;
+    struct weft_lane *lane = &out->lanes[i];
+    lane->channel = 0;
+    lane->scratch_bytes = bytes;
+    struct weft_step st = {.flags = WEFT_STEP_SEND | WEFT_STEP_RECV | WEFT_STEP_COPY,
+                           .send_buf = WEFT_BUF_IN,
+                           .dst_buf = WEFT_BUF_SCRATCH,
+                           .send_peer = peer,
+                           .recv_peer = peer,
+                           .send_bytes = bytes,
+                           .recv_bytes = bytes};
+    ncclResult_t res = weft_lane_push(lane, &st);
+    if (res != ncclSuccess) {
+      weft_plan_free(out);
+      return res;
+    }
+  }
+  return ncclSuccess;
 }

@@ -36,7 +36,10 @@ struct weft_coll {
   int root;       /* broadcast/reduce root, or the peer of send/recv */
 };
 
-enum weft_algo { WEFT_ALGO_RING = 0, WEFT_ALGO_TREE = 1, WEFT_ALGO_COUNT };
+/* Direct: every rank sends its whole input to every other rank and reduces
+ * what arrives locally, in rank order (AllReduce of small messages: one
+ * exchange instead of a ring's 2(n-1) steps). */
+enum weft_algo { WEFT_ALGO_RING = 0, WEFT_ALGO_TREE = 1, WEFT_ALGO_DIRECT = 2, WEFT_ALGO_COUNT };
 enum weft_proto { WEFT_PROTO_SIMPLE = 0, WEFT_PROTO_LL = 1, WEFT_PROTO_COUNT };
 
 enum weft_step_flags {
@@ -100,6 +103,13 @@ ncclResult_t weft_ring_plan(const struct weft_sched_args *args, struct weft_plan
 /* The double binary tree for AllReduce: two complementary trees, each
  * carrying half of the data (lanes alternate between them). */
 ncclResult_t weft_tree_plan(const struct weft_sched_args *args, struct weft_plan *out);
+
+/* Direct AllReduce (and, with no bytes, the exchange of call records):
+ * one lane per peer on channel 0, one step each that sends the whole input
+ * to the peer and receives the peer's input into the lane's scratch. The
+ * engine reduces the arrivals in rank order, so every rank computes the
+ * same sums in the same order. */
+ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_plan *out);
 
 /* One grouped ncclSend/ncclRecv of this rank; its buffer is index i of the
  * plan when it is ops[i]. */

@@ -32,7 +32,10 @@
 /* Bytes per channel below which another channel does not pay off. */
 #define BYTES_PER_CHANNEL (1024 * 1024)
 
-static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree"};
+/* Direct sends n-1 copies of the input: worth it only while latency rules. */
+#define DIRECT_MAX_BYTES (16 * 1024)
+
+static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
 static const char *const proto_names[PROTO_NCCL_COUNT] = {"Simple", "LL", "LL128"};
@@ -132,7 +135,7 @@ static void tuning_load(void) {
   const char *algo = weft_param_str(WEFT_PARAM_ALGO);
   if (algo != NULL && env_parse(algo, 0, (1u << WEFT_ALGO_COUNT) - 1, tuning.algo_mask) != 0)
     WARN("NCCL_ALGO=%s: cannot parse; expected e.g. Ring,Tree or ^Tree or allreduce:tree;"
-         "broadcast:ring (algorithms: Ring, Tree); using the defaults", algo);
+         "broadcast:ring (algorithms: Ring, Tree, Direct); using the defaults", algo);
   const char *proto = weft_param_str(WEFT_PARAM_PROTO);
   if (proto != NULL &&
       env_parse(proto, 1, (1u << PROTO_NCCL_COUNT) - 1, tuning.proto_mask) != 0)
@@ -157,6 +160,7 @@ static double model_us(enum weft_func func, enum weft_algo algo, int n, double b
   switch (func) {
     case WEFT_FUNC_ALLREDUCE:
       if (algo == WEFT_ALGO_TREE) return 2.0 * ceil(log2(n)) * alpha + 2.0 * bytes / beta;
+      if (algo == WEFT_ALGO_DIRECT) return alpha + steps * bytes / beta;
       return 2.0 * steps * alpha + 2.0 * steps / n * bytes / beta;
     case WEFT_FUNC_ALLGATHER:
     case WEFT_FUNC_REDUCESCATTER: return steps * alpha + steps * bytes / beta;
@@ -171,8 +175,11 @@ static double model_us(enum weft_func func, enum weft_algo algo, int n, double b
 static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha,
                                 double beta, double *est_out) {
   unsigned mask = tuning.algo_mask[func];
-  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree: AllReduce only */
+  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree, direct: AllReduce only */
   if (mask == 0) mask = 1u << WEFT_ALGO_RING;
+  /* Direct past its size only when NCCL_ALGO asks for nothing else. */
+  if (bytes > DIRECT_MAX_BYTES && (mask & ~(1u << WEFT_ALGO_DIRECT)) != 0)
+    mask &= ~(1u << WEFT_ALGO_DIRECT);
   enum weft_algo best = WEFT_ALGO_RING;
   double best_us = -1;
   for (int a = 0; a < WEFT_ALGO_COUNT; a++) {
@@ -188,6 +195,7 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
 static int pick_nchannels(size_t total_bytes, enum weft_algo algo) {
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
   int64_t hi = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
+  if (algo == WEFT_ALGO_DIRECT) return 1; /* one lane per peer, on channel 0 */
   int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
   if (hi > max) hi = max;
   if (hi < 1) hi = 1;

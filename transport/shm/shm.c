@@ -12,6 +12,18 @@
  * either process leaves nothing in /dev/shm. close unlinks it too when
  * connect never completed (an error or an abort).
  *
+ * Single copy (CMA): a send of at least WEFT_SHM_CMA_MIN bytes is not
+ * copied. The sender publishes a descriptor (the tail it follows, the
+ * address and length of its buffer) and the receiver, once it has read the
+ * ring bytes before it, reads the buffer straight into its own with
+ * process_vm_readv, in whatever pieces its recv calls ask for, publishing
+ * the bytes read (cma_read). The sender's send reports done only as far as
+ * they were read, so its buffer stays untouched until then; it writes no
+ * ring bytes while a descriptor is outstanding, so the stream keeps its
+ * order. The receiver's connect probes process_vm_readv on a word of the
+ * sender's; where the kernel refuses (ptrace restrictions, other pid
+ * namespaces) the connection copies, as it does before the probe is in.
+ *
  * For callers (src/core/connect.c):
  * - The sender's connect never waits; the receiver's waits for its
  *   sender's. A rank must connect its send sides before it connects its
@@ -26,6 +38,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +56,10 @@
 #define SHM_PEER_CHECK_MS 100
 #define SHM_PEER_CHECK_POLLS 64
 #define SHM_SLEEP_MAX_NS 1000000L
+#define SHM_CMA_PROBE UINT64_C(0x57454654434d4131) /* "WEFTCMA1" */
+
+/* The word a receiver's probe reads from the sender's address space. */
+static const uint64_t shm_cma_probe_word = SHM_CMA_PROBE;
 
 struct shm_handle {
   uint32_t magic;
@@ -65,6 +82,14 @@ struct shm_conn {
   int unlinked;
   uint32_t idle; /* calls in a row that moved nothing */
   int64_t next_check_ms;
+  /* Single copy. Both sides: descriptors and their bytes so far. */
+  uint64_t cma_seq;   /* sender: published; receiver: read to the end */
+  uint64_t cma_total; /* bytes of those descriptors */
+  uint64_t cma_min;   /* sender: smallest send that goes single-copy; 0: never */
+  int cma_on;         /* sender: the receiver's probe succeeded */
+  int cma_active;     /* sender: a descriptor is out; receiver: one is being read */
+  size_t cma_done0;   /* sender: *done when the descriptor went out */
+  uint64_t cma_ring_pos, cma_addr, cma_bytes, cma_cursor; /* receiver: the one being read */
 };
 
 static void shm_cpu_relax(void) {
@@ -178,6 +203,10 @@ static ncclResult_t shm_connect_send(struct weft_conn *conn, struct shm_conn *st
   WEFT_CHECK(weft__shm_segment_open(conn, h.name, h.map_bytes, &st->seg));
   struct weft_shm_header *hdr = st->seg.hdr;
   hdr->send_pidns = weft__shm_pidns();
+  hdr->cma_probe_addr = (uint64_t)(uintptr_t)&shm_cma_probe_word;
+  int64_t cma_min = weft_param_int(WEFT_PARAM_SHM_CMA_MIN);
+  if (weft_param_int(WEFT_PARAM_SHM_CMA) != 0 && cma_min >= 0)
+    st->cma_min = cma_min > 0 ? (uint64_t)cma_min : 1;
   atomic_store_explicit(&hdr->send_pid, (int32_t)getpid(), memory_order_release);
   /* Both ends are mapped now; the name has done its job. */
   weft__shm_segment_unlink(&st->seg);
@@ -220,6 +249,35 @@ static ncclResult_t shm_wait_mapped(struct weft_conn *conn, struct shm_conn *st,
   }
 }
 
+/* Receiver side, once the sender has mapped: can we read its memory? The
+ * verdict goes to cma_state, where the sender looks before a large send. */
+static void shm_cma_probe(struct weft_conn *conn, struct shm_conn *st) {
+  struct weft_shm_header *hdr = st->seg.hdr;
+  int64_t mode = weft_param_int(WEFT_PARAM_SHM_CMA);
+  uint64_t ns = weft__shm_pidns(), word = 0;
+  int32_t state = WEFT_SHM_CMA_OFF;
+  const char *why = NULL;
+  if (mode == 0) {
+    why = NULL; /* off on purpose: nothing to say */
+  } else if (ns == 0 || hdr->send_pidns != ns || st->peer_pid <= 0) {
+    why = "the sender is in another pid namespace";
+  } else {
+    void *addr = mode < 0 ? NULL : (void *)(uintptr_t)hdr->cma_probe_addr;
+    struct iovec local = {&word, sizeof(word)}, remote = {addr, sizeof(word)};
+    ssize_t n = process_vm_readv(st->peer_pid, &local, 1, &remote, 1, 0);
+    if (n == (ssize_t)sizeof(word) && word == SHM_CMA_PROBE)
+      state = WEFT_SHM_CMA_ON;
+    else
+      why = n < 0 ? strerror(errno) : "the probe read the wrong bytes";
+  }
+  if (why != NULL)
+    INFO(WEFT_SHM | WEFT_INIT,
+         "shm: channel %d rank %d <- rank %d (pid %d): no single-copy reads "
+         "(process_vm_readv: %s); copying through the segment",
+         conn->channel, conn->rank, conn->peer, st->peer_pid, why);
+  atomic_store_explicit(&hdr->cma_state, state, memory_order_release);
+}
+
 static ncclResult_t shm_connect_recv(struct weft_conn *conn, struct shm_conn *st,
                                      int64_t deadline_ms) {
   if (deadline_ms <= 0)
@@ -229,10 +287,14 @@ static ncclResult_t shm_connect_recv(struct weft_conn *conn, struct shm_conn *st
   st->unlinked = 1;
   struct weft_shm_header *hdr = st->seg.hdr;
   shm_conn_watch(st, atomic_load_explicit(&hdr->send_pid, memory_order_acquire), hdr->send_pidns);
+  shm_cma_probe(conn, st);
   INFO(WEFT_SHM | WEFT_INIT,
-       "shm: channel %d rank %d <- rank %d (pid %d): %" PRIu64 " slots of %" PRIu64 " bytes",
+       "shm: channel %d rank %d <- rank %d (pid %d): %" PRIu64 " slots of %" PRIu64 " bytes%s",
        conn->channel, conn->rank, conn->peer, st->peer_pid, st->ring_bytes / st->slot_bytes,
-       st->slot_bytes);
+       st->slot_bytes,
+       atomic_load_explicit(&hdr->cma_state, memory_order_relaxed) == WEFT_SHM_CMA_ON
+           ? ", single-copy reads"
+           : "");
   return ncclSuccess;
 }
 
@@ -274,17 +336,60 @@ static ncclResult_t shm_stalled(struct weft_conn *conn, struct shm_conn *st,
   }
   if (why == NULL) return ncclSuccess;
   if (conn->dir == WEFT_CONN_RECV &&
-      atomic_load_explicit(peer_counter, memory_order_acquire) != st->peer_pos)
+      (atomic_load_explicit(peer_counter, memory_order_acquire) != st->peer_pos ||
+       atomic_load_explicit(&st->seg.hdr->desc_seq, memory_order_acquire) != st->cma_seq))
     return ncclSuccess;
   WARN("shm: rank %d (pid %d) %s; rank %d cannot %s it on channel %d", conn->peer, st->peer_pid,
        why, conn->rank, conn->dir == WEFT_CONN_SEND ? "send to" : "receive from", conn->channel);
   return ncclRemoteError;
 }
 
+/* Sender: is the rest of this send to go single-copy? Not before the
+ * receiver's probe is in (the send copies meanwhile). */
+static int shm_cma_wanted(struct shm_conn *st, size_t rest) {
+  if (st->cma_min == 0 || rest < st->cma_min) return 0;
+  if (!st->cma_on) {
+    int32_t state = atomic_load_explicit(&st->seg.hdr->cma_state, memory_order_acquire);
+    if (state == WEFT_SHM_CMA_OFF) st->cma_min = 0;
+    st->cma_on = state == WEFT_SHM_CMA_ON;
+  }
+  return st->cma_on;
+}
+
+/* Sender: publishes the rest of buf as a descriptor, or reports how much of
+ * the outstanding one the receiver has read. */
+static size_t shm_send_cma(struct shm_conn *st, const void *buf, size_t bytes, size_t *done) {
+  struct weft_shm_header *hdr = st->seg.hdr;
+  if (!st->cma_active) {
+    hdr->desc_ring_pos = st->pos;
+    hdr->desc_addr = (uint64_t)(uintptr_t)((const char *)buf + *done);
+    hdr->desc_bytes = bytes - *done;
+    st->cma_active = 1;
+    st->cma_done0 = *done;
+    atomic_store_explicit(&hdr->desc_seq, ++st->cma_seq, memory_order_release);
+  }
+  uint64_t read = atomic_load_explicit(&hdr->cma_read, memory_order_acquire) - st->cma_total;
+  size_t now = st->cma_done0 + (size_t)read, moved = now - *done;
+  *done = now;
+  if (read == hdr->desc_bytes) {
+    st->cma_total += read;
+    st->cma_active = 0;
+  }
+  return moved;
+}
+
 static ncclResult_t shm_send(struct weft_conn *conn, const void *buf, size_t bytes, size_t *done) {
   struct shm_conn *st = conn->priv;
   size_t moved = 0;
   if (*done >= bytes) return ncclSuccess;
+  if (st->cma_active || shm_cma_wanted(st, bytes - *done)) {
+    moved = shm_send_cma(st, buf, bytes, done);
+    if (moved > 0) {
+      st->idle = 0;
+      return ncclSuccess;
+    }
+    return shm_stalled(conn, st, &st->seg.hdr->head);
+  }
   while (*done < bytes) {
     uint64_t off = st->pos % st->ring_bytes;
     uint64_t n = st->slot_bytes - off % st->slot_bytes;
@@ -309,6 +414,59 @@ static ncclResult_t shm_send(struct weft_conn *conn, const void *buf, size_t byt
   return shm_stalled(conn, st, &st->seg.hdr->head);
 }
 
+/* Receiver, with no ring bytes to read: reads up to `want` bytes of the
+ * sender's descriptor into dst, once the ring bytes before it are read.
+ * A pending descriptor always follows every ring byte published so far
+ * (the sender writes none while one is out). */
+static ncclResult_t shm_recv_cma(struct weft_conn *conn, struct shm_conn *st, char *dst,
+                                 size_t want, size_t *moved_out) {
+  struct weft_shm_header *hdr = st->seg.hdr;
+  *moved_out = 0;
+  if (!st->cma_active) {
+    if (atomic_load_explicit(&hdr->desc_seq, memory_order_acquire) == st->cma_seq)
+      return ncclSuccess;
+    st->cma_ring_pos = hdr->desc_ring_pos;
+    st->cma_addr = hdr->desc_addr;
+    st->cma_bytes = hdr->desc_bytes;
+    st->cma_cursor = 0;
+    st->cma_active = 1;
+  }
+  if (st->cma_ring_pos != st->pos) return ncclSuccess; /* ring bytes come first */
+  uint64_t n = st->cma_bytes - st->cma_cursor;
+  if (n > want) n = want;
+  void *src = (void *)(uintptr_t)(st->cma_addr + st->cma_cursor);
+  ssize_t got;
+  if (st->peer_pid == (int)getpid()) {
+    memcpy(dst, src, n); /* both ends in this process (ranks as threads) */
+    got = (ssize_t)n;
+  } else {
+    struct iovec local = {dst, n}, remote = {src, n};
+    do {
+      got = process_vm_readv(st->peer_pid, &local, 1, &remote, 1, 0);
+    } while (got < 0 && errno == EINTR);
+  }
+  if (got <= 0) {
+    int err = got < 0 ? errno : EFAULT;
+    if (err == ESRCH) {
+      WARN("shm: rank %d (pid %d) exited; rank %d cannot receive from it on channel %d",
+           conn->peer, st->peer_pid, conn->rank, conn->channel);
+      return ncclRemoteError;
+    }
+    WARN("shm: rank %d: reading %" PRIu64 " bytes from rank %d (pid %d, channel %d) failed: %s",
+         conn->rank, n, conn->peer, st->peer_pid, conn->channel, strerror(err));
+    return ncclSystemError;
+  }
+  st->cma_cursor += (uint64_t)got;
+  st->cma_total += (uint64_t)got;
+  if (st->cma_cursor == st->cma_bytes) {
+    st->cma_active = 0;
+    st->cma_seq++;
+  }
+  atomic_store_explicit(&hdr->cma_read, st->cma_total, memory_order_release);
+  *moved_out = (size_t)got;
+  return ncclSuccess;
+}
+
 static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, size_t *done) {
   struct shm_conn *st = conn->priv;
   size_t moved = 0;
@@ -321,7 +479,14 @@ static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, si
     if (avail < n) {
       st->peer_pos = atomic_load_explicit(&st->seg.hdr->tail, memory_order_acquire);
       avail = st->peer_pos - st->pos;
-      if (avail == 0) break;
+      if (avail == 0) {
+        size_t got;
+        WEFT_CHECK(shm_recv_cma(conn, st, (char *)buf + *done, bytes - *done, &got));
+        if (got == 0) break;
+        *done += got;
+        moved += got;
+        continue;
+      }
       if (n > avail) n = avail;
     }
     memcpy((char *)buf + *done, st->seg.ring + off, n);

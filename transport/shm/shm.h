@@ -14,7 +14,7 @@
 #include "transport/transport.h"
 
 #define WEFT_SHM_MAGIC 0x4d534657u /* "WFSM" */
-#define WEFT_SHM_VERSION 1u
+#define WEFT_SHM_VERSION 2u
 #define WEFT_SHM_DIR "/dev/shm"
 #define WEFT_SHM_NAME_MAX 96
 /* Two cache lines, so the adjacent-line prefetcher does not pull the other
@@ -44,9 +44,25 @@ struct weft_shm_header {
   uint64_t send_pidns;                          /* written before send_pid is published */
   _Atomic int32_t send_pid;                     /* 0 until the sender has mapped the segment */
   _Atomic int32_t closed;                       /* WEFT_SHM_CLOSED_* of the sides that closed */
+  uint64_t cma_probe_addr;                      /* sender: a word the receiver's probe reads */
   alignas(WEFT_SHM_LINE) _Atomic uint64_t tail; /* written by the sender only */
   alignas(WEFT_SHM_LINE) _Atomic uint64_t head; /* written by the receiver only */
+  /* Single copy (shm.c): the sender's one outstanding descriptor, valid
+   * once desc_seq counts it, and unchanged until the receiver has read it
+   * all; the receiver's count of descriptor bytes read, and its verdict on
+   * whether process_vm_readv works on this connection. */
+  alignas(WEFT_SHM_LINE) _Atomic uint64_t desc_seq; /* sender: descriptors published */
+  uint64_t desc_ring_pos;                           /* tail when it was published */
+  uint64_t desc_addr;                               /* in the sender's address space */
+  uint64_t desc_bytes;
+  alignas(WEFT_SHM_LINE) _Atomic uint64_t cma_read; /* receiver: descriptor bytes read */
+  _Atomic int32_t cma_state;                        /* receiver: WEFT_SHM_CMA_* */
 };
+
+/* Values of weft_shm_header.cma_state. */
+#define WEFT_SHM_CMA_UNKNOWN 0 /* the receiver has not connected yet */
+#define WEFT_SHM_CMA_ON 1
+#define WEFT_SHM_CMA_OFF 2
 
 _Static_assert(sizeof(struct weft_shm_header) <= WEFT_SHM_HEADER_BYTES,
                "the shm header must fit in front of the slots");
