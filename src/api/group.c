@@ -98,22 +98,6 @@ static int is_p2p(const struct group_task *t) {
   return t->coll.func == WEFT_FUNC_SEND || t->coll.func == WEFT_FUNC_RECV;
 }
 
-/* The ring order of comm's schedules, made once: ranks in order (until
- * topology-aware rings arrive, the ring is rank+1 -> rank). */
-static ncclResult_t comm_ring(struct ncclComm *comm, const int **ring_out) {
-  if (comm->ring_order == NULL) {
-    int *ring = malloc((size_t)comm->nranks * sizeof(*ring));
-    if (ring == NULL) {
-      WARN("rank %d: out of memory for the ring order of %d ranks", comm->rank, comm->nranks);
-      return ncclSystemError;
-    }
-    for (int i = 0; i < comm->nranks; i++) ring[i] = i;
-    comm->ring_order = ring;
-  }
-  *ring_out = comm->ring_order;
-  return ncclSuccess;
-}
-
 /* Bytes a collective's caller buffer holds: count elements (per rank for
  * AllGather/ReduceScatter). */
 static size_t coll_bytes(const struct weft_coll *coll) {
@@ -126,9 +110,7 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
   const struct weft_coll *coll = &t->coll;
   size_t elem = weft_dtype_size(coll->datatype);
   struct weft_tuning tune;
-  const int *ring;
   WEFT_CHECK(weft_tune(comm, coll->func, coll_bytes(coll), elem, &tune));
-  WEFT_CHECK(comm_ring(comm, &ring));
   struct weft_sched_args args = {
       .func = coll->func,
       .rank = comm->rank,
@@ -138,7 +120,7 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
       .elem_size = elem,
       .nchannels = tune.nchannels,
       .chunk_bytes = tune.chunk_bytes,
-      .ring = ring,
+      .ring = comm->ring_order, /* set at init from the topology */
   };
   struct weft_host_task task;
   memset(&task, 0, sizeof(task));
