@@ -453,6 +453,30 @@ static int ring_exchange(struct ctx *c, const struct bufs *b, size_t count) {
   return check_poison(c, b->recv, count, GUARD, "guard");
 }
 
+/* The ring exchange on one buffer: what is sent is overwritten by what
+ * arrives, so the send must read it before the receive lands. */
+static int ring_exchange_inplace(struct ctx *c, const struct bufs *b, size_t count) {
+  int n = c->nranks, me = c->rank, next = (me + 1) % n, prev = (me + n - 1) % n;
+  p2p_label(c, "ring exchange in-place", count, -1);
+  fill(c->t, me, b->recv, 0, count);
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclSend(b->recv, count, c->t->d->type, next, c->comm, NULL));
+  HNCCL(ncclRecv(b->recv, count, c->t->d->type, prev, c->comm, NULL));
+  HNCCL(ncclGroupEnd());
+  return check_elems(c, b->recv, 0, count, prev, 0);
+}
+
+/* In-place ncclAlltoAll: one buffer is both input and output. */
+static int alltoall_inplace(struct ctx *c, const struct bufs *b, size_t count) {
+  size_t n = (size_t)c->nranks, me = (size_t)c->rank;
+  p2p_label(c, "ncclAlltoAll in-place", count, -1);
+  fill(c->t, c->rank, b->recv, 0, count * n);
+  HNCCL(ncclAlltoAll(b->recv, b->recv, count, c->t->d->type, c->comm, NULL));
+  for (size_t r = 0; r < n; r++)
+    if (check_elems(c, b->recv, r * count, count, (int)r, me * count)) return 1;
+  return 0;
+}
+
 /* ncclAlltoAll: block p of rank r's input (positions p*count...) lands in
  * block r of rank p's output. */
 static int alltoall(struct ctx *c, const struct bufs *b, size_t count) {
@@ -577,6 +601,7 @@ static int p2p_matrix(struct ctx *c, const struct bufs *b, uint32_t *salt) {
       size_t count = small_counts[ci];
       int root = (ci + ti) % c->nranks;
       if (ring_exchange(c, b, count) || alltoall(c, b, count)) return 1;
+      if (ring_exchange_inplace(c, b, count) || alltoall_inplace(c, b, count)) return 1;
       for (int inplace = 0; inplace <= 1; inplace++)
         if (gather(c, b, count, root, inplace) || scatter(c, b, count, root, inplace)) return 1;
     }
@@ -584,7 +609,9 @@ static int p2p_matrix(struct ctx *c, const struct bufs *b, uint32_t *salt) {
   }
   /* One large all-to-all. */
   table_build(c->t, dtype_find(ncclFloat32), ncclSum, c->nranks, (*salt)++);
-  return alltoall(c, b, (LARGE_COUNT / (size_t)c->nranks) | 1);
+  size_t large = (LARGE_COUNT / (size_t)c->nranks) | 1;
+  if (ring_exchange_inplace(c, b, LARGE_COUNT)) return 1;
+  return alltoall(c, b, large) || alltoall_inplace(c, b, large);
 }
 
 /* ---- Sessions ------------------------------------------------------------ */

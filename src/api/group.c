@@ -33,11 +33,17 @@ static _Thread_local int group_depth;
 static _Thread_local struct group_task *tasks;
 static _Thread_local size_t ntasks;
 static _Thread_local size_t cap_tasks;
+/* Copies of send buffers that overlap a receive buffer, freed after the
+ * group has run. */
+static _Thread_local void **staged;
+static _Thread_local size_t nstaged;
 /* Communicators created inside the group, finished at ncclGroupEnd. */
 static _Thread_local struct ncclComm **inits;
 static _Thread_local size_t ninits;
 
-int weft_group_depth(void) { return group_depth; }
+int weft_group_depth(void) {
+  return group_depth;
+}
 
 ncclResult_t weft_group_add_init(struct ncclComm *comm) {
   struct ncclComm **grown = realloc(inits, (ninits + 1) * sizeof(*grown));
@@ -156,6 +162,43 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
   return weft_host_engine_enqueue(comm, &task);
 }
 
+static int overlaps(const void *a, size_t alen, const void *b, size_t blen) {
+  const char *x = a, *y = b;
+  return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
+}
+
+/* A send that reads a buffer a receive of the same group writes (in-place
+ * AlltoAll, a send/recv pair on one buffer) would read data already
+ * overwritten: such sends go from a copy taken now. */
+static ncclResult_t stage_overlapping_sends(struct weft_host_task *task, int rank) {
+  for (int k = 0; k < task->nbufs; k++) {
+    if (!task->p2p[k].is_send) continue;
+    int hit = 0;
+    for (int j = 0; j < task->nbufs && !hit; j++)
+      hit = !task->p2p[j].is_send &&
+            overlaps(task->bufs[k], task->p2p[k].bytes, task->bufs[j], task->p2p[j].bytes);
+    if (!hit) continue;
+    void **grown = realloc(staged, (nstaged + 1) * sizeof(*grown));
+    void *copy = grown ? malloc(task->p2p[k].bytes) : NULL;
+    if (grown) staged = grown;
+    if (copy == NULL) {
+      WARN("rank %d: out of memory staging a %zu-byte in-place send", rank, task->p2p[k].bytes);
+      return ncclSystemError;
+    }
+    memcpy(copy, task->bufs[k], task->p2p[k].bytes);
+    staged[nstaged++] = copy;
+    task->bufs[k] = copy;
+  }
+  return ncclSuccess;
+}
+
+static void free_staged(void) {
+  for (size_t i = 0; i < nstaged; i++) free(staged[i]);
+  free(staged);
+  staged = NULL;
+  nstaged = 0;
+}
+
 /* Queues every send and receive of comm in the group as one task. */
 static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops) {
   struct weft_host_task task;
@@ -180,7 +223,8 @@ static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops
     task.p2p[k] = (struct weft_p2p){t->coll.root, send, coll_bytes(&t->coll)};
     k++;
   }
-  ncclResult_t res = weft_p2p_plan(comm->rank, task.p2p, (int)nops, &task.plan);
+  ncclResult_t res = stage_overlapping_sends(&task, comm->rank);
+  if (res == ncclSuccess) res = weft_p2p_plan(comm->rank, task.p2p, (int)nops, &task.plan);
   if (res != ncclSuccess) {
     free(task.bufs);
     free(task.p2p);
@@ -225,6 +269,7 @@ static ncclResult_t launch_tasks(void) {
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
   clear_tasks();
+  free_staged();
   return res;
 }
 
@@ -257,18 +302,19 @@ static ncclResult_t sim_info_check(const ncclSimInfo_t *info) {
   static const char caller[] = "ncclGroupSimulateEnd";
   size_t need = offsetof(ncclSimInfo_t, estimatedTime) + sizeof(info->estimatedTime);
   if (info == NULL) {
-    WARN("%s: simInfo is NULL, expected an ncclSimInfo_t set to NCCL_SIM_INFO_INITIALIZER",
-         caller);
+    WARN("%s: simInfo is NULL, expected an ncclSimInfo_t set to NCCL_SIM_INFO_INITIALIZER", caller);
     return ncclInvalidArgument;
   }
   if (info->magic != SIM_INFO_MAGIC) {
-    WARN("%s: simInfo->magic is 0x%x, expected 0x%x: initialize it with "
-         "NCCL_SIM_INFO_INITIALIZER", caller, info->magic, SIM_INFO_MAGIC);
+    WARN(
+        "%s: simInfo->magic is 0x%x, expected 0x%x: initialize it with "
+        "NCCL_SIM_INFO_INITIALIZER",
+        caller, info->magic, SIM_INFO_MAGIC);
     return ncclInvalidArgument;
   }
   if (info->size < need) {
-    WARN("%s: simInfo->size is %zu, expected at least %zu (an ncclSimInfo_t)", caller,
-         info->size, need);
+    WARN("%s: simInfo->size is %zu, expected at least %zu (an ncclSimInfo_t)", caller, info->size,
+         need);
     return ncclInvalidArgument;
   }
   return ncclSuccess;
