@@ -132,6 +132,14 @@ START_TEST(test_topo_dump_reloads) {
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
   char *logs = logs_take(dir);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "dump run failed:\n%s", logs);
+#ifndef WEFT_HAVE_LIBXML
+  /* Without libxml2 there is no XML writer: init still succeeds and the
+   * WARN says why there is no file. */
+  ck_assert_msg(strstr(logs, "built without libxml2") != NULL, "no WARN about the dump:\n%s",
+                logs);
+  free(logs);
+  rmdir(dir);
+#else
   ck_assert_msg(count(logs, "topology written to") == 1 &&
                     strstr(logs, "[rank 0] weft INFO topology written to") != NULL,
                 "the dump is not written once, by rank 0:\n%s", logs);
@@ -150,6 +158,7 @@ START_TEST(test_topo_dump_reloads) {
   free(logs);
   unlink(xml);
   rmdir(dir);
+#endif
 }
 END_TEST
 

@@ -20,7 +20,7 @@
   X(SHM_CMA, "WEFT_SHM_CMA", 1,                                                           \
     "1: large shm sends are read once, straight from the sender (process_vm_readv); "    \
     "0: always copy through the segment; -1 (tests): make the probe fail")               \
-  X(SHM_CMA_MIN, "WEFT_SHM_CMA_MIN", 65536, "shm sends of this many bytes or more go single-copy") \
+  X(SHM_CMA_MIN, "WEFT_SHM_CMA_MIN", 262144, "shm sends of this many bytes or more go single-copy") \
   X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")        \
   X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)") \
   X(CHECK_MISMATCH, "WEFT_CHECK_MISMATCH", 1,                                              \
