@@ -2,6 +2,7 @@
  * bounded by a deadline, reporting which rank failed and why. */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -481,4 +482,46 @@ char *harness_read_file(const char *path) {
   fclose(f);
   if (buf != NULL) buf[len] = '\0';
   return buf;
+}
+
+void harness_log_to_dir(char *dir, size_t size, const char *subsys) {
+  snprintf(dir, size, "/tmp/weft-test-logs-XXXXXX");
+  if (mkdtemp(dir) == NULL) {
+    fprintf(stderr, "harness: mkdtemp failed: %s\n", strerror(errno));
+    abort();
+  }
+  char file[300];
+  snprintf(file, sizeof(file), "%s/log.%%p", dir);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", subsys, 1);
+  setenv("NCCL_DEBUG_FILE", file, 1);
+}
+
+char *harness_logs_take(const char *dir) {
+  size_t len = 0;
+  char *all = calloc(1, 1);
+  DIR *d = opendir(dir);
+  if (all == NULL || d == NULL) {
+    fprintf(stderr, "harness: cannot read logs in %s\n", dir);
+    abort();
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "log.", 4) != 0) continue;
+    char path[600];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    char *text = harness_read_file(path);
+    if (text != NULL) {
+      size_t n = strlen(text);
+      char *grown = realloc(all, len + n + 1);
+      if (grown == NULL) abort();
+      all = grown;
+      memcpy(all + len, text, n + 1);
+      len += n;
+      free(text);
+    }
+    unlink(path);
+  }
+  closedir(d);
+  return all;
 }

@@ -99,4 +99,11 @@ double harness_now(void);
 /* Sleeps ms milliseconds (through signals). */
 void harness_sleep_ms(int ms);
 
+/* NCCL_DEBUG=INFO with subsystems `subsys`, one log file per process
+ * (log.<pid>) in a fresh directory whose path goes to dir. */
+void harness_log_to_dir(char *dir, size_t size, const char *subsys);
+/* Every log.* file of dir, concatenated (malloc'd); removes those files (the
+ * directory stays, for the caller to reuse or rmdir). */
+char *harness_logs_take(const char *dir);
+
 #endif

@@ -50,51 +50,14 @@ static int init_allreduce_destroy(int rank, int nranks, ncclUniqueId id, void *a
   return 0;
 }
 
-/* Sets up NCCL_DEBUG=INFO logging into a fresh directory, one file per
- * process. */
-static void log_to_dir(char *dir, size_t size) {
-  snprintf(dir, size, "/tmp/weft-test-conn-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  char file[300];
-  snprintf(file, sizeof(file), "%s/log.%%p", dir);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "INIT,SHM,NET", 1);
-  setenv("NCCL_DEBUG_FILE", file, 1);
-}
-
-/* Every log file of dir, concatenated (malloc'd); removes them and dir. */
-static char *logs_take(const char *dir) {
-  size_t len = 0;
-  char *all = calloc(1, 1);
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char path[600];
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    char *text = harness_read_file(path);
-    if (text != NULL) {
-      size_t n = strlen(text);
-      all = realloc(all, len + n + 1);
-      memcpy(all + len, text, n + 1);
-      len += n;
-      free(text);
-    }
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-  return all;
-}
-
 /* ---- Transport choice ----------------------------------------------------------- */
 
 static char *run_logged(int nranks) {
   char dir[64], why[4096];
-  log_to_dir(dir, sizeof(dir));
+  harness_log_to_dir(dir, sizeof(dir), "INIT,SHM,NET");
   int rc = harness_procs(nranks, 60, init_allreduce_destroy, NULL, why, sizeof(why));
-  char *logs = logs_take(dir);
+  char *logs = harness_logs_take(dir);
+  rmdir(dir);
   ck_assert_msg(rc == 0, "%s", why);
   return logs;
 }

@@ -25,42 +25,6 @@ static int init_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-/* NCCL_DEBUG=INFO, subsystem GRAPH, one log file per process under dir. */
-static void log_to_dir(char *dir, size_t size) {
-  snprintf(dir, size, "/tmp/weft-test-graph-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  char file[300];
-  snprintf(file, sizeof(file), "%s/log.%%p", dir);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "GRAPH", 1);
-  setenv("NCCL_DEBUG_FILE", file, 1);
-}
-
-/* Every log.* file of dir, concatenated (malloc'd); removes them. */
-static char *logs_take(const char *dir) {
-  size_t len = 0;
-  char *all = calloc(1, 1);
-  DIR *d = opendir(dir);
-  ck_assert_ptr_nonnull(d);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, "log.", 4) != 0) continue;
-    char path[600];
-    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-    char *text = harness_read_file(path);
-    if (text != NULL) {
-      size_t n = strlen(text);
-      all = realloc(all, len + n + 1);
-      memcpy(all + len, text, n + 1);
-      len += n;
-      free(text);
-    }
-    unlink(path);
-  }
-  closedir(d);
-  return all;
-}
-
 static int count(const char *text, const char *what) {
   int n = 0;
   for (const char *p = strstr(text, what); p != NULL; p = strstr(p + 1, what)) n++;
@@ -71,7 +35,7 @@ static int count(const char *text, const char *what) {
 static char *run_logged(const char *dir, int nranks) {
   char why[4096];
   int rc = harness_procs(nranks, 20, init_destroy, NULL, why, sizeof(why));
-  char *logs = logs_take(dir);
+  char *logs = harness_logs_take(dir);
   ck_assert_msg(rc == 0, "%s\n%s", why, logs);
   return logs;
 }
@@ -82,7 +46,7 @@ static void expect(const char *logs, const char *line) {
 
 START_TEST(test_host_ranks_shm) {
   char dir[64];
-  log_to_dir(dir, sizeof(dir));
+  harness_log_to_dir(dir, sizeof(dir), "GRAPH");
   char *logs = run_logged(dir, 3);
   rmdir(dir);
   for (int a = 0; a < 3; a++) {
@@ -103,7 +67,7 @@ END_TEST
 START_TEST(test_shm_disabled_net) {
   char dir[64];
   setenv("NCCL_SHM_DISABLE", "1", 1);
-  log_to_dir(dir, sizeof(dir));
+  harness_log_to_dir(dir, sizeof(dir), "GRAPH");
   char *logs = run_logged(dir, 2);
   rmdir(dir);
   expect(logs, "rank 0 -> rank 1: NET (host ranks on one host, NCCL_SHM_DISABLE=1)");
@@ -117,7 +81,7 @@ END_TEST
  * afresh (weft reads its parameters once per process). */
 START_TEST(test_topo_dump_reloads) {
   char dir[64], xml[128];
-  log_to_dir(dir, sizeof(dir));
+  harness_log_to_dir(dir, sizeof(dir), "GRAPH");
   snprintf(xml, sizeof(xml), "%s/topo.xml", dir);
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
@@ -130,7 +94,7 @@ START_TEST(test_topo_dump_reloads) {
   }
   int status = 0;
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-  char *logs = logs_take(dir);
+  char *logs = harness_logs_take(dir);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "dump run failed:\n%s", logs);
 #ifndef WEFT_HAVE_LIBXML
   /* Without libxml2 there is no XML writer: init still succeeds and the
