@@ -155,7 +155,7 @@ START_TEST(every_function_is_exported) {
     }
     if (why != NULL) {
       size_t used = strlen(missing);
-      snprintf(missing + used, sizeof missing - used, "\n  %s (%s)", names[i], why);
+      snprintf(missing + used, sizeof missing - used, "\n  %.64s (%s)", names[i], why);
       n_missing++;
     }
   }
