@@ -384,6 +384,24 @@ static const struct reduce_loops reduce_table_avx2[ncclNumTypes][ncclNumOps] = {
 };
 #endif
 
+#ifdef REDUCE_HAVE_AVX2
+#include <cpuid.h>
+
+/* AVX2 and F16C, and the OS saving the YMM registers. Read from CPUID, since
+ * not every compiler's __builtin_cpu_supports knows "f16c". */
+static int cpu_has_avx2_f16c(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  int f16c = (c >> 29) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  if (!f16c || !osxsave || !avx) return 0;
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0x6) != 0x6) return 0; /* XMM and YMM state enabled */
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+  return (b >> 5) & 1; /* AVX2 */
+}
+#endif
+
 /* The table for this CPU; WEFT_REDUCE_SIMD=0 keeps the portable loops. */
 static const struct reduce_loops *reduce_pick_table(void) {
   static const struct reduce_loops *_Atomic chosen;
@@ -391,9 +409,7 @@ static const struct reduce_loops *reduce_pick_table(void) {
   if (t != NULL) return t;
   t = &reduce_table_gen[0][0];
 #ifdef REDUCE_HAVE_AVX2
-  __builtin_cpu_init();
-  if (weft_param_int(WEFT_PARAM_REDUCE_SIMD) != 0 && __builtin_cpu_supports("avx2") &&
-      __builtin_cpu_supports("f16c"))
+  if (weft_param_int(WEFT_PARAM_REDUCE_SIMD) != 0 && cpu_has_avx2_f16c())
     t = &reduce_table_avx2[0][0];
 #endif
   atomic_store_explicit(&chosen, t, memory_order_relaxed);
