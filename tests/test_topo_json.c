@@ -9,7 +9,8 @@
 
 struct jv { /* a parsed JSON value */
   char type; /* o(bject) a(rray) s(tring) n(umber) l(iteral) */
-  char *str; /* string value, or the key when inside an object */
+  char *str; /* string value */
+  char *key; /* the key, when inside an object */
   struct jv **kids;
   int nkids;
 };
@@ -56,7 +57,7 @@ static struct jv *container(char open, char close, int depth) {
       if (*p++ != ':') fail("expected ':'");
     }
     struct jv *kid = value(depth + 1);
-    if (key) kid->str = key;
+    kid->key = key;
     add(v, kid);
     ws();
     if (*p == ',') { p++; continue; }
@@ -89,9 +90,17 @@ static struct jv *value(int depth) {
 
 static struct jv *get(const struct jv *o, const char *key) {
   for (int i = 0; o && o->type == 'o' && i < o->nkids; i++)
-    if (!strcmp(o->kids[i]->str, key)) return o->kids[i];
+    if (!strcmp(o->kids[i]->key, key)) return o->kids[i];
   fprintf(stderr, "test_topo_json: key '%s' missing\n", key);
   exit(1);
+}
+
+static void jv_free(struct jv *v) {
+  for (int i = 0; i < v->nkids; i++) jv_free(v->kids[i]);
+  free(v->kids);
+  free(v->str);
+  free(v->key);
+  free(v);
 }
 
 static void matrix(const struct jv *m, int rows, int cols, int diag_loc) {
@@ -132,6 +141,8 @@ int main(int argc, char **argv) {
   matrix(get(get(root, "paths"), "gpu_gpu"), ng, ng, 1);
   matrix(get(get(root, "paths"), "gpu_nic"), ng, nn, 0);
   get(root, "ring");
+  jv_free(root);
+  free(doc);
   printf("weft-topo --json on %s: %d GPUs, %d NICs, keys and shapes as expected\n", argv[2], ng, nn);
   return 0;
 }

@@ -12,6 +12,7 @@
 
 #if WEFT_HAVE_HWLOC
 #include <hwloc.h>
+#include <pthread.h>
 #endif
 
 #if WEFT_HAVE_HWLOC && HWLOC_API_VERSION >= 0x00020000
@@ -107,23 +108,38 @@ static ncclResult_t walk(struct weft_topo *topo, hwloc_topology_t h, int *ngpu, 
   return ncclSuccess;
 }
 
+/* The machine does not change under a process, so hwloc's view is loaded
+ * once and kept: destroying the last hwloc topology unloads hwloc's PCI
+ * plugin, whose library (libpciaccess) then leaks what it allocated. */
+static hwloc_topology_t kept;
+static int kept_state; /* 0: not loaded, 1: loaded, -1: init or load failed */
+static pthread_once_t kept_once = PTHREAD_ONCE_INIT;
+
+static void load_kept(void) {
+  if (hwloc_topology_init(&kept) != 0) {
+    kept_state = -1;
+    return;
+  }
+  hwloc_topology_set_io_types_filter(kept, HWLOC_TYPE_FILTER_KEEP_ALL);
+  if (hwloc_topology_load(kept) != 0) {
+    hwloc_topology_destroy(kept);
+    kept_state = -1;
+    return;
+  }
+  kept_state = 1;
+}
+
 ncclResult_t weft_topo_detect_hwloc(struct weft_topo *topo) {
-  hwloc_topology_t h;
   int ngpu = 0, nnic = 0;
-  if (hwloc_topology_init(&h) != 0) {
-    INFO(WEFT_GRAPH, "topology: hwloc could not start; PCI switches are not seen (PHB/SYS only)");
+  pthread_once(&kept_once, load_kept);
+  if (kept_state != 1) {
+    INFO(WEFT_GRAPH, "topology: hwloc could not load this machine; PCI switches are not seen "
+         "(PHB/SYS only)");
     return ncclSuccess;
   }
-  hwloc_topology_set_io_types_filter(h, HWLOC_TYPE_FILTER_KEEP_ALL);
-  ncclResult_t res = ncclSuccess;
-  if (hwloc_topology_load(h) != 0) {
-    INFO(WEFT_GRAPH, "topology: hwloc could not load this machine; PCI switches are not seen");
-  } else {
-    res = walk(topo, h, &ngpu, &nnic);
-    if (res == ncclSuccess) topo->sources |= WEFT_TOPO_SRC_HWLOC;
-    INFO(WEFT_GRAPH, "topology: hwloc found %d NVIDIA GPUs and %d network functions", ngpu, nnic);
-  }
-  hwloc_topology_destroy(h);
+  ncclResult_t res = walk(topo, kept, &ngpu, &nnic);
+  if (res == ncclSuccess) topo->sources |= WEFT_TOPO_SRC_HWLOC;
+  INFO(WEFT_GRAPH, "topology: hwloc found %d NVIDIA GPUs and %d network functions", ngpu, nnic);
   return res;
 }
 
