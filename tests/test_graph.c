@@ -25,11 +25,13 @@ static int init_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+#ifdef WEFT_HAVE_LIBXML
 static int count(const char *text, const char *what) {
   int n = 0;
   for (const char *p = strstr(text, what); p != NULL; p = strstr(p + 1, what)) n++;
   return n;
 }
+#endif
 
 /* Runs nranks forked ranks that init and destroy; their logs. */
 static char *run_logged(const char *dir, int nranks) {

@@ -32,9 +32,9 @@ struct weft_dev_conns {
   int nchannels;
   int nslots;
   size_t slot_bytes;
-  char *slots;        /* device: [src][dst][channel][slot][slot_bytes] */
-  uint64_t *ctrl;     /* device: [src][dst][channel][32]: head at 0, tail at 16 */
-  uint64_t *error;    /* device: one word */
+  char *slots;         /* device: [src][dst][channel][slot][slot_bytes] */
+  uint64_t *ctrl;      /* device: [src][dst][channel][32]: head at 0, tail at 16 */
+  uint64_t *error;     /* device: one word */
   uint64_t timeout_ns; /* bound on every wait (0: 10 s) */
 };
 

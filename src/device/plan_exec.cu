@@ -58,58 +58,65 @@ __device__ __forceinline__ void half_sync(int id) {
 
 /* ---- Element operations ------------------------------------------------- */
 
-template <typename T> struct elem {
+template <typename T>
+struct elem {
   /* Integers: sum and product wrap (unsigned arithmetic), as NCCL's do. */
   typedef typename std::make_unsigned<T>::type U;
   static __device__ __forceinline__ T apply(int op, T a, T b) {
     switch (op) {
-    case OP_SUM: return (T)(U)((U)a + (U)b);
-    case OP_PROD: return (T)(U)((U)a * (U)b);
-    case OP_MAX: return a > b ? a : b;
-    case OP_MIN: return a < b ? a : b;
-    default: return b;
+      case OP_SUM: return (T)(U)((U)a + (U)b);
+      case OP_PROD: return (T)(U)((U)a * (U)b);
+      case OP_MAX: return a > b ? a : b;
+      case OP_MIN: return a < b ? a : b;
+      default: return b;
     }
   }
   static __device__ __forceinline__ T div(T x, int n) { return (T)(x / (T)n); }
 };
 
-template <> struct elem<float> {
+template <>
+struct elem<float> {
   static __device__ __forceinline__ float apply(int op, float a, float b) {
     switch (op) {
-    case OP_SUM: return a + b;
-    case OP_PROD: return a * b;
-    case OP_MAX: return fmaxf(a, b);
-    case OP_MIN: return fminf(a, b);
-    default: return b;
+      case OP_SUM: return a + b;
+      case OP_PROD: return a * b;
+      case OP_MAX: return fmaxf(a, b);
+      case OP_MIN: return fminf(a, b);
+      default: return b;
     }
   }
   static __device__ __forceinline__ float div(float x, int n) { return x / (float)n; }
 };
 
-template <> struct elem<double> {
+template <>
+struct elem<double> {
   static __device__ __forceinline__ double apply(int op, double a, double b) {
     switch (op) {
-    case OP_SUM: return a + b;
-    case OP_PROD: return a * b;
-    case OP_MAX: return fmax(a, b);
-    case OP_MIN: return fmin(a, b);
-    default: return b;
+      case OP_SUM: return a + b;
+      case OP_PROD: return a * b;
+      case OP_MAX: return fmax(a, b);
+      case OP_MIN: return fmin(a, b);
+      default: return b;
     }
   }
   static __device__ __forceinline__ double div(double x, int n) { return x / (double)n; }
 };
 
 /* half and bfloat16: widened to float, combined, rounded back once. */
-template <> struct elem<__half> {
+template <>
+struct elem<__half> {
   static __device__ __forceinline__ __half apply(int op, __half a, __half b) {
-    return op == OP_COPY ? b : __float2half_rn(elem<float>::apply(op, __half2float(a), __half2float(b)));
+    return op == OP_COPY
+               ? b
+               : __float2half_rn(elem<float>::apply(op, __half2float(a), __half2float(b)));
   }
   static __device__ __forceinline__ __half div(__half x, int n) {
     return __float2half_rn(__half2float(x) / (float)n);
   }
 };
 
-template <> struct elem<__nv_bfloat16> {
+template <>
+struct elem<__nv_bfloat16> {
   static __device__ __forceinline__ __nv_bfloat16 apply(int op, __nv_bfloat16 a, __nv_bfloat16 b) {
     return op == OP_COPY ? b
                          : __float2bfloat16_rn(
@@ -124,7 +131,8 @@ template <> struct elem<__nv_bfloat16> {
  * b may be a FIFO slot: read through L2 (__ldcg), never a stale L1 line.
  * 16-byte vectors when all three pointers allow, 4 in flight per thread. */
 template <typename T, int OP>
-__device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t, int nt) {
+__device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t,
+                     int nt) {
   const size_t ne = bytes / sizeof(T);
   size_t done = 0;
   if ((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {
@@ -194,11 +202,11 @@ template <typename T>
 __device__ void span_op(int op, char *dst, const char *a, const char *b, size_t bytes, int div,
                         int t, int nt) {
   switch (op) {
-  case OP_SUM: span<T, OP_SUM>(dst, a, b, bytes, div, t, nt); break;
-  case OP_PROD: span<T, OP_PROD>(dst, a, b, bytes, div, t, nt); break;
-  case OP_MAX: span<T, OP_MAX>(dst, a, b, bytes, div, t, nt); break;
-  case OP_MIN: span<T, OP_MIN>(dst, a, b, bytes, div, t, nt); break;
-  default: span<T, OP_COPY>(dst, a, b, bytes, div, t, nt); break;
+    case OP_SUM: span<T, OP_SUM>(dst, a, b, bytes, div, t, nt); break;
+    case OP_PROD: span<T, OP_PROD>(dst, a, b, bytes, div, t, nt); break;
+    case OP_MAX: span<T, OP_MAX>(dst, a, b, bytes, div, t, nt); break;
+    case OP_MIN: span<T, OP_MIN>(dst, a, b, bytes, div, t, nt); break;
+    default: span<T, OP_COPY>(dst, a, b, bytes, div, t, nt); break;
   }
 }
 
@@ -210,17 +218,17 @@ __device__ void reduce_any(int dt, int op, char *dst, const char *a, const char 
     return;
   }
   switch (dt) {
-  case ncclInt8: span_op<int8_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclUint8: span_op<uint8_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclInt32: span_op<int32_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclUint32: span_op<uint32_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclInt64: span_op<int64_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclUint64: span_op<uint64_t>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclFloat16: span_op<__half>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclFloat32: span_op<float>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclFloat64: span_op<double>(op, dst, a, b, bytes, div, t, nt); break;
-  case ncclBfloat16: span_op<__nv_bfloat16>(op, dst, a, b, bytes, div, t, nt); break;
-  default: break; /* refused at launch */
+    case ncclInt8: span_op<int8_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclUint8: span_op<uint8_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclInt32: span_op<int32_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclUint32: span_op<uint32_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclInt64: span_op<int64_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclUint64: span_op<uint64_t>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclFloat16: span_op<__half>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclFloat32: span_op<float>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclFloat64: span_op<double>(op, dst, a, b, bytes, div, t, nt); break;
+    case ncclBfloat16: span_op<__nv_bfloat16>(op, dst, a, b, bytes, div, t, nt); break;
+    default: break; /* refused at launch */
   }
 }
 
@@ -234,8 +242,8 @@ struct exec_args {
   char *bufs[2];
   int rank;
   int dt;
-  int op;   /* exec_op of the reduction */
-  int avg;  /* POSTOP divides by nranks */
+  int op;  /* exec_op of the reduction */
+  int avg; /* POSTOP divides by nranks */
 };
 
 struct exec_conn {
@@ -269,7 +277,8 @@ __device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, uint
     if ((spins & 1023) == 0) {
       if (*(volatile uint64_t *)x.conns.error != 0) return 0;
       uint64_t t = now_ns();
-      if (start == 0) start = t;
+      if (start == 0)
+        start = t;
       else if (t - start > limit) {
         atomicCAS((unsigned long long *)x.conns.error, 0ull, (unsigned long long)(x.rank + 1));
         return 0;
@@ -289,7 +298,9 @@ __device__ int exec_send(const exec_args &x, const weft_dev_lane &l, const weft_
     size_t n = s.send_bytes - off < sb ? s.send_bytes - off : sb;
     if (t == 0) {
       uint64_t h;
-      if (!wait_for(x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h)) *stop = 1;
+      if (!wait_for(
+              x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h))
+        *stop = 1;
     }
     half_sync(1);
     if (*(volatile int *)stop) return 0;
@@ -315,7 +326,9 @@ __device__ int exec_recv(const exec_args &x, const weft_dev_lane &l, const weft_
     size_t n = s.recv_bytes - off < sb ? s.recv_bytes - off : sb;
     if (t == 0) {
       uint64_t tl;
-      if (!wait_for(x, c.tail, [=](uint64_t v) { return v > pos; }, &tl)) *stop = 1;
+      if (!wait_for(
+              x, c.tail, [=](uint64_t v) { return v > pos; }, &tl))
+        *stop = 1;
     }
     half_sync(2);
     if (*(volatile int *)stop) return 0;
@@ -339,7 +352,8 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x)
     if (s.flags & WEFT_STEP_LOCAL) {
       char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
       const char *src = buf_of(x, l, s.local_buf, s.local_off);
-      if (dst != src || div) reduce_any(x.dt, OP_COPY, dst, NULL, src, s.recv_bytes, div, tid, EXEC_THREADS);
+      if (dst != src || div)
+        reduce_any(x.dt, OP_COPY, dst, NULL, src, s.recv_bytes, div, tid, EXEC_THREADS);
       __syncthreads();
     }
     if (tid < EXEC_HALF) {
@@ -360,13 +374,13 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x)
 
 /* ---- Host side ------------------------------------------------------------- */
 
-#define DEV_CUDA(call, what)                                                        \
-  do {                                                                              \
-    cudaError_t e_ = (call);                                                        \
-    if (e_ != cudaSuccess) {                                                        \
-      WARN("device engine: %s failed: %s", (what), cudaGetErrorString(e_));         \
-      return ncclUnhandledCudaError;                                                \
-    }                                                                               \
+#define DEV_CUDA(call, what)                                                \
+  do {                                                                      \
+    cudaError_t e_ = (call);                                                \
+    if (e_ != cudaSuccess) {                                                \
+      WARN("device engine: %s failed: %s", (what), cudaGetErrorString(e_)); \
+      return ncclUnhandledCudaError;                                        \
+    }                                                                       \
   } while (0)
 
 extern "C" ncclResult_t weft_dev_conns_create(int nranks, int nchannels,
@@ -401,7 +415,8 @@ extern "C" void weft_dev_conns_destroy(struct weft_dev_conns *conns) {
 extern "C" ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, int *failed_out,
                                              int *rank_out) {
   uint64_t v = 0;
-  DEV_CUDA(cudaMemcpy(&v, conns->error, sizeof(v), cudaMemcpyDeviceToHost), "reading the error word");
+  DEV_CUDA(cudaMemcpy(&v, conns->error, sizeof(v), cudaMemcpyDeviceToHost),
+           "reading the error word");
   *failed_out = v != 0;
   *rank_out = (int)v - 1;
   return ncclSuccess;
