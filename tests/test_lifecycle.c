@@ -40,16 +40,23 @@ static int count_fds(void) {
 }
 
 /* weft's shared-memory segments (/dev/shm/weft-*): they outlive processes,
- * so every one must be unlinked, also when a rank dies. */
-static int count_weft_shm(void) {
+ * so every one must be unlinked, also when a rank dies. A segment's name
+ * ends with its creator's pid; pid 0 counts every creator's. */
+static int count_weft_shm_of(pid_t pid) {
   DIR *d = opendir("/dev/shm");
   if (d == NULL) return 0;
   int n = 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "weft-", 5) == 0;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "weft-", 5) != 0) continue;
+    const char *dash = strrchr(e->d_name, '-');
+    n += pid == 0 || (dash != NULL && atol(dash + 1) == (long)pid);
+  }
   closedir(d);
   return n;
 }
+
+static int count_weft_shm(void) { return count_weft_shm_of(0); }
 
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
@@ -117,7 +124,9 @@ static void cycles(enum ending how) {
   int fds0 = -1, thr0 = -1;
   baseline(&fds0, &thr0);
   size_t mem0 = heap_in_use();
-  int shm0 = count_weft_shm();
+  /* Thread ranks: every segment they make carries this process's pid, so
+   * other weft jobs on the machine do not disturb the count. */
+  int shm0 = count_weft_shm_of(getpid());
   for (int i = 0; i < CYCLES; i++) {
     rc = harness_threads(2, 30, cycle_rank, &how, why, sizeof why);
     ck_assert_msg(rc == 0, "cycle %d: %s", i, why);
@@ -127,8 +136,9 @@ static void cycles(enum ending how) {
   size_t mem = heap_in_use();
   ck_assert_msg(fds == fds0, "%d open fds before %d cycles, %d after", fds0, CYCLES, fds);
   ck_assert_msg(thr == thr0, "%d threads before %d cycles, %d after", thr0, CYCLES, thr);
-  ck_assert_msg(count_weft_shm() == shm0, "%d /dev/shm/weft-* before %d cycles, %d after", shm0,
-                CYCLES, count_weft_shm());
+  ck_assert_msg(count_weft_shm_of(getpid()) == shm0,
+                "%d /dev/shm/weft-* of this process before %d cycles, %d after", shm0, CYCLES,
+                count_weft_shm_of(getpid()));
   /* Bytes still allocated (mallinfo2 counts every arena; exited threads
    * return their caches). 64 KiB over 100 cycles leaves room for noise and
    * catches a leak of a few hundred bytes per communicator or thread. Under
