@@ -1,5 +1,7 @@
 /* Collective calls of the NCCL API: every argument is checked here, with an
- * error naming the call and the argument, before anything is queued. */
+ * error naming the call and the argument, before anything is queued. Host
+ * ranks ignore the stream (a call returns when its result is in recvbuff);
+ * CUDA-engine ranks (opt-in) launch on it. */
 #include <stdint.h>
 
 #include "api/alias.h"
@@ -25,11 +27,11 @@ static ncclResult_t check_total(const char *caller, const char *count_name, size
 }
 
 static ncclResult_t coll_submit(struct ncclComm *comm, const struct weft_coll *coll,
-                                const struct weft_redop_use *use) {
+                                const struct weft_redop_use *use, cudaStream_t stream) {
   TRACE(WEFT_COLL, "%s: rank %d opCount %llu count %zu %s op %d root %d sendbuff %p recvbuff %p",
         weft_func_name(coll->func), comm->rank, (unsigned long long)comm->op_seq, coll->count,
         weft_dtype_name(coll->datatype), (int)coll->op, coll->root, coll->sendbuff, coll->recvbuff);
-  return weft_group_add(comm, coll, use);
+  return weft_group_add_on(comm, coll, use, (void *)stream);
 }
 
 WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -37,13 +39,13 @@ WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t
                                     cudaStream_t stream) {
   static const char caller[] = "ncclAllReduce";
   struct weft_redop_use use;
-  (void)stream; /* host ranks: the call returns when the result is in recvbuff */
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, 1));
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
-  return coll_submit(comm, &coll, &use);
+  return coll_submit(comm, &coll, &use, stream);
 }
 WEFT_ALIAS(ncclAllReduce)
 
@@ -51,16 +53,16 @@ WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclAllGather";
   size_t total;
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(check_total(caller, "sendcount", sendcount, comm, &total));
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, sendcount, datatype, 1));
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, sendcount, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
                                datatype, 1));
   struct weft_coll coll = {
       WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
-  return coll_submit(comm, &coll, NULL);
+  return coll_submit(comm, &coll, NULL, stream);
 }
 WEFT_ALIAS(ncclAllGather)
 
@@ -70,15 +72,15 @@ WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
   static const char caller[] = "ncclReduceScatter";
   struct weft_redop_use use;
   size_t total;
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(check_total(caller, "recvcount", recvcount, comm, &total));
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
                                datatype, 1));
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, recvcount, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, recvcount, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
-  return coll_submit(comm, &coll, &use);
+  return coll_submit(comm, &coll, &use, stream);
 }
 WEFT_ALIAS(ncclReduceScatter)
 
@@ -87,15 +89,15 @@ WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
   static const char caller[] = "ncclBroadcast";
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (at the root)", sendbuff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root};
-  return coll_submit(comm, &coll, NULL);
+  return coll_submit(comm, &coll, NULL, stream);
 }
 WEFT_ALIAS(ncclBroadcast)
 
@@ -103,13 +105,13 @@ WEFT_ALIAS(ncclBroadcast)
 WEFT_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
                                 ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclBcast";
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
-  WEFT_CHECK(weft_check_buffer(caller, "buff", buff, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "buff", buff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, buff, buff, count, datatype, ncclSum, root};
-  return coll_submit(comm, &coll, NULL);
+  return coll_submit(comm, &coll, NULL, stream);
 }
 WEFT_ALIAS(ncclBcast)
 
@@ -119,14 +121,14 @@ WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t co
                                  cudaStream_t stream) {
   static const char caller[] = "ncclReduce";
   struct weft_redop_use use;
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (at the root)", recvbuff, count, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
-  return coll_submit(comm, &coll, &use);
+  return coll_submit(comm, &coll, &use, stream);
 }
 WEFT_ALIAS(ncclReduce)

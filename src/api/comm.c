@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
+#include "exec/cuda.h"
 
 static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nranks, int rank) {
   if (comm == NULL) {
@@ -189,6 +190,11 @@ WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
   if (asyncError == NULL) {
     WARN("ncclCommGetAsyncError: asyncError is NULL");
     return ncclInvalidArgument;
+  }
+  if (comm->cuda != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
+    /* A kernel-side timeout surfaces here: it fails the communicator. */
+    ncclResult_t err = weft_cuda_engine_check(comm);
+    if (err != ncclSuccess) weft_comm_set_error(comm, err);
   }
   *asyncError = (ncclResult_t)atomic_load(&comm->async_error);
   return ncclSuccess;

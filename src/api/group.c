@@ -7,7 +7,11 @@
  * each collective, in call order, is tuned, planned and queued as one task;
  * then all the group's sends and receives on that communicator form one
  * more task, so they progress together whatever order the ranks issued them
- * in. ncclGroupSimulateEnd does the tuning only and sums its estimates. */
+ * in. ncclGroupSimulateEnd does the tuning only and sums its estimates.
+ *
+ * A communicator on the CUDA engine (comm->host_engine == 0, opt-in) gets
+ * the same plans, launched on each call's stream; ncclGroupEnd then returns
+ * without waiting for them (NCCL's stream semantics). */
 #include "api/group.h"
 
 #include <stdint.h>
@@ -17,6 +21,8 @@
 #include "api/alias.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/param.h"
+#include "exec/cuda.h"
 #include "exec/host.h"
 #include "exec/reduce.h"
 #include "sched/tuning.h"
@@ -27,6 +33,7 @@ struct group_task {
   struct ncclComm *comm;
   struct weft_coll coll;
   struct weft_redop_use redop; /* stays here until the group has finished */
+  void *stream;                /* the call's cudaStream_t (CUDA engine only) */
 };
 
 static _Thread_local int group_depth;
@@ -72,7 +79,7 @@ static ncclResult_t finish_inits(void) {
 }
 
 static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll,
-                              const struct weft_redop_use *use) {
+                              const struct weft_redop_use *use, void *stream) {
   if (ntasks == cap_tasks) {
     size_t cap = cap_tasks ? cap_tasks * 2 : 16;
     struct group_task *grown = realloc(tasks, cap * sizeof(*grown));
@@ -86,6 +93,7 @@ static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *col
   struct group_task *t = &tasks[ntasks++];
   t->comm = comm;
   t->coll = *coll;
+  t->stream = stream;
   if (use != NULL)
     t->redop = *use;
   else
@@ -110,6 +118,44 @@ static size_t coll_bytes(const struct weft_coll *coll) {
   return coll->count * weft_dtype_size(coll->datatype);
 }
 
+/* Plans one collective of a CUDA-engine communicator and launches it on the
+ * call's stream; returns without waiting. */
+static ncclResult_t launch_cuda_coll(struct group_task *t, struct weft_tuning *tune) {
+  struct ncclComm *comm = t->comm;
+  const struct weft_coll *coll = &t->coll;
+  if (tune->algo == WEFT_ALGO_DIRECT) {
+    const char *forced = weft_param_str(WEFT_PARAM_ALGO);
+    if (forced != NULL) {
+      WARN("rank %d: %s: the Direct algorithm (NCCL_ALGO=%s) is not supported by the CUDA "
+           "engine yet (Ring and Tree are)",
+           comm->rank, weft_func_name(coll->func), forced);
+      return ncclInvalidUsage;
+    }
+    tune->algo = WEFT_ALGO_RING; /* chosen by size only: the ring serves as well */
+  }
+  int max_ch = weft_cuda_engine_max_channels(comm);
+  struct weft_sched_args args = {
+      .func = coll->func,
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .root = coll->root,
+      .count = coll->count,
+      .elem_size = weft_dtype_size(coll->datatype),
+      .nchannels = tune->nchannels < max_ch ? tune->nchannels : max_ch,
+      .chunk_bytes = tune->chunk_bytes,
+      .ring = comm->ring_order,
+  };
+  struct weft_plan plan;
+  if (tune->algo == WEFT_ALGO_TREE)
+    WEFT_CHECK(weft_tree_plan(&args, &plan));
+  else
+    WEFT_CHECK(weft_ring_plan(&args, &plan));
+  ncclResult_t res = weft_cuda_engine_launch(comm, coll, &plan, t->stream);
+  weft_plan_free(&plan);
+  comm->op_seq++;
+  return res;
+}
+
 /* Tunes, plans and queues one collective on its communicator. */
 static ncclResult_t enqueue_coll(struct group_task *t) {
   struct ncclComm *comm = t->comm;
@@ -117,6 +163,7 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
   size_t elem = weft_dtype_size(coll->datatype);
   struct weft_tuning tune;
   WEFT_CHECK(weft_tune(comm, coll->func, coll_bytes(coll), elem, &tune));
+  if (!comm->host_engine) return launch_cuda_coll(t, &tune);
   struct weft_sched_args args = {
       .func = coll->func,
       .rank = comm->rank,
@@ -264,7 +311,7 @@ static ncclResult_t launch_tasks(void) {
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
   for (size_t i = 0; i < ntasks; i++) {
-    if (comm_seen_before(i)) continue;
+    if (comm_seen_before(i) || !tasks[i].comm->host_engine) continue;
     ncclResult_t r = weft_host_engine_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
@@ -275,7 +322,12 @@ static ncclResult_t launch_tasks(void) {
 
 ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll,
                             const struct weft_redop_use *use) {
-  WEFT_CHECK(push_task(comm, coll, use));
+  return weft_group_add_on(comm, coll, use, NULL);
+}
+
+ncclResult_t weft_group_add_on(struct ncclComm *comm, const struct weft_coll *coll,
+                               const struct weft_redop_use *use, void *stream) {
+  WEFT_CHECK(push_task(comm, coll, use, stream));
   if (group_depth > 0) return ncclSuccess;
   return launch_tasks();
 }

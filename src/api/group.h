@@ -13,6 +13,10 @@ struct ncclComm;
  * a group it runs at once and this returns when it has finished. */
 ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll,
                             const struct weft_redop_use *use);
+/* The same, with the call's cudaStream_t: a CUDA-engine communicator
+ * launches the operation on it and does not wait for it. */
+ncclResult_t weft_group_add_on(struct ncclComm *comm, const struct weft_coll *coll,
+                               const struct weft_redop_use *use, void *stream);
 
 /* Nesting depth of ncclGroupStart in the calling thread. */
 int weft_group_depth(void);

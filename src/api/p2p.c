@@ -35,6 +35,7 @@ static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const vo
 static ncclResult_t p2p_call(const char *caller, enum weft_func func, const void *buf, size_t count,
                              ncclDataType_t datatype, int peer, struct ncclComm *comm) {
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "peer", peer, comm));
   WEFT_CHECK(weft_check_buffer(caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff", buf, count,
@@ -73,6 +74,7 @@ WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t 
   static const char caller[] = "ncclAlltoAll";
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   int n = comm->nranks;
   WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
@@ -98,6 +100,7 @@ WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t co
   static const char caller[] = "ncclGather";
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;
@@ -130,6 +133,7 @@ WEFT_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t c
   static const char caller[] = "ncclScatter";
   (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;

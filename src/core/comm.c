@@ -14,6 +14,7 @@
 #include "core/connect.h"
 #include "core/device.h"
 #include "core/param.h"
+#include "exec/cuda.h"
 #include "exec/host.h"
 #include "weft_config.h"
 
@@ -100,7 +101,12 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   WEFT_CHECK(weft_comm_topo_decide(comm));
   /* Data links are made when the first task needs them (core/connect.c),
    * so init costs no connections. */
-  WEFT_CHECK(weft_host_engine_create(comm));
+  if (weft_cuda_engine_wanted(comm)) {
+    WEFT_CHECK(weft_cuda_engine_create(comm));
+    comm->host_engine = 0;
+  } else {
+    WEFT_CHECK(weft_host_engine_create(comm));
+  }
   INFO(WEFT_INIT, "comm %p rank %d nranks %d cudaDev %d engine %s commId 0x%llx - Init COMPLETE",
        (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
        comm->host_engine ? "host" : "cuda", (unsigned long long)comm->comm_hash);
@@ -140,7 +146,7 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->nranks = nranks;
   comm->config = *config;
   comm->cuda_dev = weft_device_current();
-  comm->host_engine = 1; /* the CUDA engine is a later milestone */
+  comm->host_engine = 1; /* the CUDA engine is opt-in: chosen after the peer exchange */
   comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
   atomic_init(&comm->async_error, ncclInProgress);
   atomic_init(&comm->abort_flag, 0);
@@ -199,6 +205,7 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   }
   if (abort) atomic_store(&comm->abort_flag, 1);
   if (comm->host != NULL) weft_host_engine_destroy(comm);
+  weft_cuda_engine_destroy(comm);
   weft_comm_disconnect(comm);
   weft_bootstrap_destroy(comm->bootstrap);
   free(comm->peers);

@@ -31,6 +31,7 @@ struct weft_channel_conns;
 #define WEFT_MAX_CHANNELS 32
 struct weft_bootstrap;
 struct weft_host_engine;
+struct weft_cuda_engine;
 struct weft_redop;
 
 struct ncclComm {
@@ -38,7 +39,7 @@ struct ncclComm {
   int rank;
   int nranks;
   int cuda_dev; /* the device the rank was created on; -1 when none */
-  int host_engine; /* 1: collectives run on host buffers */
+  int host_engine; /* 1: collectives run on host buffers; 0: the CUDA engine */
   uint64_t comm_hash; /* names this communicator in logs and shm */
   ncclConfig_t config; /* normalised: every field defined */
 
@@ -54,6 +55,8 @@ struct ncclComm {
   int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
   struct weft_host_engine *host;
+  /* host_engine == 0: device FIFOs shared with the process's other ranks. */
+  struct weft_cuda_engine *cuda;
 
   /* PreMulSum operators (api/redop.c): op ncclNumOps + i is redops[i]. */
   struct weft_redop *redops;

@@ -1,8 +1,8 @@
 /* The CUDA engine as host C sees it: plain structs and extern "C" launch
  * functions (the kernels live in plan_exec.cu). This first slice runs one
  * rank's plan (src/sched/schedule.h) on device buffers, with device-memory
- * FIFO connections between ranks that share one GPU in one process. It is
- * not linked into the library yet. */
+ * FIFO connections between ranks that share one GPU in one process. The
+ * library drives it from src/exec/cuda.c (opt-in: WEFT_CUDA_ENGINE=1). */
 #ifndef WEFT_DEVICE_DEVICE_H
 #define WEFT_DEVICE_DEVICE_H
 
@@ -68,6 +68,8 @@ ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, int *faile
 ncclResult_t weft_dev_plan_upload(const struct weft_plan *plan, cudaStream_t stream,
                                   struct weft_dev_plan *out);
 void weft_dev_plan_free(struct weft_dev_plan *plan);
+/* Frees a plan in stream order (after work already queued on stream). */
+void weft_dev_plan_free_async(struct weft_dev_plan *plan, cudaStream_t stream);
 
 /* Launches rank's plan on stream: one CTA per lane. bufs[0] is the send
  * buffer (WEFT_BUF_IN), bufs[1] the receive buffer (WEFT_BUF_OUT). Ranks

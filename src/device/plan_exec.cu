@@ -438,7 +438,9 @@ extern "C" ncclResult_t weft_dev_plan_upload(const struct weft_plan *plan, cudaS
     scratch += (l->scratch_bytes + 255) & ~(size_t)255;
   }
   size_t total = lanes_bytes + steps_bytes + scratch;
-  cudaError_t e = cudaMalloc(&p.mem, total > 0 ? total : 1);
+  /* Stream-ordered, so neither this nor the free after the launch waits
+   * for kernels that are running (they may be spinning on a peer). */
+  cudaError_t e = cudaMallocAsync(&p.mem, total > 0 ? total : 1, stream);
   p.nlanes = plan->nlanes;
   p.nsteps = nsteps;
   p.lanes = (weft_dev_lane *)p.mem;
@@ -461,7 +463,7 @@ extern "C" ncclResult_t weft_dev_plan_upload(const struct weft_plan *plan, cudaS
   if (e != cudaSuccess) {
     WARN("device engine: copying a plan of %d lanes, %zu steps to the device: %s", plan->nlanes,
          nsteps, cudaGetErrorString(e));
-    cudaFree(p.mem);
+    if (p.mem != NULL) cudaFreeAsync(p.mem, stream);
     return ncclUnhandledCudaError;
   }
   *out = p;
@@ -470,6 +472,11 @@ extern "C" ncclResult_t weft_dev_plan_upload(const struct weft_plan *plan, cudaS
 
 extern "C" void weft_dev_plan_free(struct weft_dev_plan *plan) {
   cudaFree(plan->mem);
+  *plan = weft_dev_plan{};
+}
+
+extern "C" void weft_dev_plan_free_async(struct weft_dev_plan *plan, cudaStream_t stream) {
+  cudaFreeAsync(plan->mem, stream);
   *plan = weft_dev_plan{};
 }
 

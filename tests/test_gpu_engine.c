@@ -1,0 +1,209 @@
+/* GPU suite: the opt-in CUDA engine (WEFT_CUDA_ENGINE=1) through the NCCL
+ * API. ncclCommInitAll puts 2 and 4 ranks on GPU 0 in this process; a group
+ * of per-rank calls on per-rank streams returns at ncclGroupEnd without
+ * waiting, and the streams carry the results: float AllReduce (counts 1, 7,
+ * 1000003, in and out of place), AllGather and Broadcast, outputs poisoned
+ * first. Host pointers and send/recv are refused with clear errors. Exits
+ * 77 (skip) when there is no GPU. */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXR 4
+
+static const int nranks_of[] = {2, 4};
+static const size_t counts[] = {1, 7, 1000003};
+
+struct ranks {
+  int n;
+  ncclComm_t comms[MAXR];
+  cudaStream_t streams[MAXR];
+};
+
+static void ranks_open(struct ranks *rs, int n) {
+  int devs[MAXR] = {0, 0, 0, 0};
+  rs->n = n;
+  ck_assert_int_eq(ncclCommInitAll(rs->comms, n, devs), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&rs->streams[r], cudaStreamNonBlocking),
+                     cudaSuccess);
+}
+
+static void ranks_sync(struct ranks *rs) {
+  for (int r = 0; r < rs->n; r++) ck_assert_int_eq(cudaStreamSynchronize(rs->streams[r]), cudaSuccess);
+  for (int r = 0; r < rs->n; r++) {
+    ncclResult_t err = ncclInProgress;
+    ck_assert_int_eq(ncclCommGetAsyncError(rs->comms[r], &err), ncclSuccess);
+    ck_assert_int_eq(err, ncclSuccess);
+  }
+}
+
+static void ranks_close(struct ranks *rs) {
+  for (int r = 0; r < rs->n; r++) {
+    ck_assert_int_eq(ncclCommDestroy(rs->comms[r]), ncclSuccess);
+    cudaStreamDestroy(rs->streams[r]);
+  }
+}
+
+static float input(int r, size_t i) {
+  return (float)((int)(i % 13) + r);
+}
+
+static float *dev_alloc(size_t count) {
+  float *p = NULL;
+  ck_assert_int_eq(cudaMalloc((void **)&p, (count ? count : 1) * sizeof(float)), cudaSuccess);
+  ck_assert_int_eq(cudaMemset(p, 0xff, (count ? count : 1) * sizeof(float)), cudaSuccess); /* NaN */
+  return p;
+}
+
+static void upload(float *d, int r, size_t count, size_t offset, float *host) {
+  for (size_t i = 0; i < count; i++) host[i] = input(r, i + offset);
+  ck_assert_int_eq(cudaMemcpy(d, host, count * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+START_TEST(allreduce) {
+  int n = nranks_of[_i];
+  struct ranks rs;
+  ranks_open(&rs, n);
+  size_t maxc = counts[sizeof(counts) / sizeof(counts[0]) - 1];
+  float *host = malloc(maxc * sizeof(float));
+  ck_assert_ptr_nonnull(host);
+  for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+    for (int inplace = 0; inplace < 2; inplace++) {
+      size_t count = counts[c];
+      float *in[MAXR], *out[MAXR];
+      for (int r = 0; r < n; r++) {
+        in[r] = dev_alloc(count);
+        out[r] = inplace ? in[r] : dev_alloc(count);
+        upload(in[r], r, count, 0, host);
+      }
+      ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+      for (int r = 0; r < n; r++)
+        ck_assert_int_eq(ncclAllReduce(in[r], out[r], count, ncclFloat, ncclSum, rs.comms[r],
+                                       rs.streams[r]),
+                         ncclSuccess);
+      ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+      ranks_sync(&rs);
+      for (int r = 0; r < n; r++) {
+        ck_assert_int_eq(cudaMemcpy(host, out[r], count * sizeof(float), cudaMemcpyDeviceToHost),
+                         cudaSuccess);
+        for (size_t i = 0; i < count; i++) {
+          double want = 0;
+          for (int q = 0; q < n; q++) want += input(q, i);
+          ck_assert_msg(host[i] == (float)want,
+                        "%d ranks, count %zu, %s: rank %d [%zu] = %g, expected %g", n, count,
+                        inplace ? "in place" : "out of place", r, i, (double)host[i], want);
+        }
+      }
+      for (int r = 0; r < n; r++) {
+        cudaFree(in[r]);
+        if (!inplace) cudaFree(out[r]);
+      }
+    }
+  }
+  free(host);
+  ranks_close(&rs);
+}
+END_TEST
+
+START_TEST(allgather_broadcast) {
+  int n = nranks_of[_i];
+  struct ranks rs;
+  ranks_open(&rs, n);
+  size_t count = 1003;
+  float *host = malloc(count * MAXR * sizeof(float));
+  ck_assert_ptr_nonnull(host);
+  float *in[MAXR], *out[MAXR];
+  for (int r = 0; r < n; r++) {
+    in[r] = dev_alloc(count);
+    out[r] = dev_alloc(count * (size_t)n);
+    upload(in[r], r, count, 0, host);
+  }
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    ck_assert_int_eq(ncclAllGather(in[r], out[r], count, ncclFloat, rs.comms[r], rs.streams[r]),
+                     ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ranks_sync(&rs);
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(cudaMemcpy(host, out[r], count * (size_t)n * sizeof(float),
+                                cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (int q = 0; q < n; q++)
+      for (size_t i = 0; i < count; i++)
+        ck_assert_msg(host[(size_t)q * count + i] == input(q, i),
+                      "AllGather %d ranks: rank %d block %d [%zu] = %g", n, r, q, i,
+                      (double)host[(size_t)q * count + i]);
+  }
+  /* Broadcast from the last rank, out of place, into the first count
+   * elements of out. */
+  int root = n - 1;
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++)
+    ck_assert_int_eq(ncclBroadcast(in[r], out[r], count, ncclFloat, root, rs.comms[r],
+                                   rs.streams[r]),
+                     ncclSuccess);
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  ranks_sync(&rs);
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(cudaMemcpy(host, out[r], count * sizeof(float), cudaMemcpyDeviceToHost),
+                     cudaSuccess);
+    for (size_t i = 0; i < count; i++)
+      ck_assert_msg(host[i] == input(root, i), "Broadcast %d ranks: rank %d [%zu] = %g", n, r, i,
+                    (double)host[i]);
+  }
+  for (int r = 0; r < n; r++) {
+    cudaFree(in[r]);
+    cudaFree(out[r]);
+  }
+  free(host);
+  ranks_close(&rs);
+}
+END_TEST
+
+START_TEST(refusals) {
+  struct ranks rs;
+  ranks_open(&rs, 2);
+  float *d = dev_alloc(1024);
+  float host[1024] = {0};
+  ck_assert_int_eq(ncclAllReduce(host, d, 1024, ncclFloat, ncclSum, rs.comms[0], rs.streams[0]),
+                   ncclInvalidArgument);
+  const char *msg = ncclGetLastError(rs.comms[0]);
+  ck_assert_msg(strstr(msg, "ncclAllReduce") && strstr(msg, "sendbuff") &&
+                    strstr(msg, "not CUDA device memory"),
+                "unexpected message: %s", msg);
+  ck_assert_int_eq(ncclSend(d, 16, ncclFloat, 1, rs.comms[0], rs.streams[0]), ncclInvalidUsage);
+  ck_assert_msg(strstr(ncclGetLastError(rs.comms[0]), "send/recv") != NULL, "%s",
+                ncclGetLastError(rs.comms[0]));
+  cudaFree(d);
+  ranks_close(&rs);
+}
+END_TEST
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  setenv("WEFT_CUDA_ENGINE", "1", 1); /* before the first nccl call reads it */
+  Suite *s = suite_create("gpu_engine");
+  TCase *tc = tcase_create("engine");
+  tcase_set_timeout(tc, 240);
+  int nn = (int)(sizeof(nranks_of) / sizeof(nranks_of[0]));
+  tcase_add_loop_test(tc, allreduce, 0, nn);
+  tcase_add_loop_test(tc, allgather_broadcast, 0, nn);
+  tcase_add_test(tc, refusals);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  /* CUDA is initialized before Check would fork. */
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_VERBOSE);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
