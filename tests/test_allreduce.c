@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elem.h"
 #include "harness.h"
 #include "nccl.h"
 
@@ -26,196 +27,11 @@
 #define LARGE_COUNT (((size_t)1 << 20) + 3)
 #define SESSION_TIMEOUT_S 240
 
-enum kind { K_INT, K_UINT, K_FLOAT };
-
-struct dtype_info {
-  ncclDataType_t type;
-  const char *name;
-  size_t size;
-  enum kind kind;
-  int range;        /* inputs for sum/max/min/avg lie in [-range, range] */
-  int ebits, mbits; /* floating types: exponent and mantissa bits */
-  int fn;           /* 1: e4m3 "FN" encoding (no infinities, one NaN) */
-};
-
-static const struct dtype_info dtypes[] = {
-    {ncclInt8, "int8", 1, K_INT, 15, 0, 0, 0},
-    {ncclUint8, "uint8", 1, K_UINT, 15, 0, 0, 0},
-    {ncclInt32, "int32", 4, K_INT, 1000, 0, 0, 0},
-    {ncclUint32, "uint32", 4, K_UINT, 1000, 0, 0, 0},
-    {ncclInt64, "int64", 8, K_INT, 1000, 0, 0, 0},
-    {ncclUint64, "uint64", 8, K_UINT, 1000, 0, 0, 0},
-    {ncclFloat16, "float16", 2, K_FLOAT, 15, 5, 10, 0},
-    {ncclFloat32, "float32", 4, K_FLOAT, 1000, 8, 23, 0},
-    {ncclFloat64, "float64", 8, K_FLOAT, 1000, 11, 52, 0},
-    {ncclBfloat16, "bfloat16", 2, K_FLOAT, 15, 8, 7, 0},
-    {ncclFloat8e4m3, "float8e4m3", 1, K_FLOAT, 2, 4, 3, 1},
-    {ncclFloat8e5m2, "float8e5m2", 1, K_FLOAT, 1, 5, 2, 0},
-};
-#define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
-
 static const ncclRedOp_t ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 static const char *const op_names[] = {"sum", "prod", "max", "min", "avg"};
 #define NOPS 5
 
-static const struct dtype_info *dtype_find(ncclDataType_t t) {
-  for (int i = 0; i < NDTYPES; i++)
-    if (dtypes[i].type == t) return &dtypes[i];
-  return NULL;
-}
-
-/* ---- Small floating formats, written out here so the test does not share
- * the library's conversions. ------------------------------------------- */
-
-static uint64_t mf_encode(double x, int ebits, int mbits, int fn) {
-  uint64_t sign = signbit(x) ? (uint64_t)1 << (ebits + mbits) : 0;
-  int bias = (1 << (ebits - 1)) - 1;
-  int emin = 1 - bias;
-  uint64_t emax_field = ((uint64_t)1 << ebits) - 1;
-  double a = fabs(x);
-  if (isnan(x)) return sign | (emax_field << mbits) | (((uint64_t)1 << mbits) - 1);
-  if (a == 0) return sign;
-  int e;
-  (void)frexp(a, &e);
-  e -= 1; /* a = 1.f * 2^e */
-  uint64_t ef, m;
-  if (e < emin) {
-    m = (uint64_t)nearbyint(ldexp(a, mbits - emin));
-    ef = 0;
-    if (m >> mbits) {
-      ef = 1;
-      m = 0;
-    }
-  } else {
-    m = (uint64_t)nearbyint(ldexp(ldexp(a, -e) - 1.0, mbits));
-    if (m >> mbits) {
-      m = 0;
-      e++;
-    }
-    ef = (uint64_t)(e + bias);
-  }
-  if (fn && (ef > emax_field || (ef == emax_field && m == ((uint64_t)1 << mbits) - 1))) {
-    ef = emax_field; /* saturate to the largest finite value */
-    m = ((uint64_t)1 << mbits) - 2;
-  } else if (!fn && ef >= emax_field) {
-    ef = emax_field; /* infinity */
-    m = 0;
-  }
-  return sign | (ef << mbits) | m;
-}
-
-static double mf_decode(uint64_t bits, int ebits, int mbits, int fn) {
-  int bias = (1 << (ebits - 1)) - 1;
-  uint64_t mmask = ((uint64_t)1 << mbits) - 1;
-  uint64_t emax_field = ((uint64_t)1 << ebits) - 1;
-  uint64_t m = bits & mmask;
-  uint64_t ef = (bits >> mbits) & emax_field;
-  int neg = (int)((bits >> (ebits + mbits)) & 1);
-  double v;
-  if (fn && ef == emax_field && m == mmask) return NAN;
-  if (!fn && ef == emax_field) return m ? NAN : (neg ? -INFINITY : INFINITY);
-  if (ef == 0)
-    v = ldexp((double)m, 1 - bias - mbits);
-  else
-    v = ldexp((double)(m | ((uint64_t)1 << mbits)), (int)ef - bias - mbits);
-  return neg ? -v : v;
-}
-
-/* Stores x as one element of type d at p. */
-static void elem_store(const struct dtype_info *d, void *p, double x) {
-  uint64_t u = 0;
-  switch (d->kind) {
-    case K_INT: u = (uint64_t)(int64_t)x; break;
-    case K_UINT: u = (uint64_t)x; break;
-    case K_FLOAT:
-      if (d->type == ncclFloat32) {
-        float f = (float)x;
-        memcpy(p, &f, 4);
-        return;
-      }
-      if (d->type == ncclFloat64) {
-        memcpy(p, &x, 8);
-        return;
-      }
-      u = mf_encode(x, d->ebits, d->mbits, d->fn);
-      break;
-  }
-  switch (d->size) { /* little-endian hosts only, like weft */
-    case 1: {
-      uint8_t v = (uint8_t)u;
-      memcpy(p, &v, 1);
-    } break;
-    case 2: {
-      uint16_t v = (uint16_t)u;
-      memcpy(p, &v, 2);
-    } break;
-    case 4: {
-      uint32_t v = (uint32_t)u;
-      memcpy(p, &v, 4);
-    } break;
-    default: memcpy(p, &u, 8);
-  }
-}
-
-static double elem_load(const struct dtype_info *d, const void *p) {
-  uint64_t u = 0;
-  switch (d->size) {
-    case 1: {
-      uint8_t v;
-      memcpy(&v, p, 1);
-      u = v;
-    } break;
-    case 2: {
-      uint16_t v;
-      memcpy(&v, p, 2);
-      u = v;
-    } break;
-    case 4: {
-      uint32_t v;
-      memcpy(&v, p, 4);
-      u = v;
-    } break;
-    default: memcpy(&u, p, 8);
-  }
-  switch (d->kind) {
-    case K_INT:
-      switch (d->size) {
-        case 1: return (double)(int8_t)u;
-        case 2: return (double)(int16_t)u;
-        case 4: return (double)(int32_t)u;
-        default: return (double)(int64_t)u;
-      }
-    case K_UINT: return (double)u;
-    case K_FLOAT:
-      if (d->type == ncclFloat32) {
-        float f;
-        memcpy(&f, p, 4);
-        return f;
-      }
-      if (d->type == ncclFloat64) {
-        double x;
-        memcpy(&x, p, 8);
-        return x;
-      }
-      return mf_decode(u, d->ebits, d->mbits, d->fn);
-  }
-  return NAN;
-}
-
-static unsigned char poison_byte(const struct dtype_info *d) {
-  return d->kind == K_FLOAT ? 0xff : 0x7b;
-}
-
 /* ---- Inputs and the reference ----------------------------------------- */
-
-static uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
 
 /* Rank `rank`'s input at position j of the period, for case `salt`. */
 static double gen_value(const struct dtype_info *d, ncclRedOp_t op, int rank, int j,
@@ -404,7 +220,7 @@ static int matrix_rank(int rank, int nranks, ncclUniqueId id, void *argp) {
   struct ref *rf = malloc(sizeof *rf);
   HCHECK(send && recv && rf, "out of memory");
 
-  for (int di = 0; di < NDTYPES; di++) {
+  for (int di = 0; di < ndtypes; di++) {
     const struct dtype_info *d = &dtypes[di];
     if (arg->quick && d->type != ncclInt32 && d->type != ncclFloat32 && d->type != ncclFloat16 &&
         d->type != ncclFloat8e4m3)

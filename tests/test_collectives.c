@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "elem.h"
 #include "harness.h"
 #include "nccl.h"
 
@@ -35,117 +36,19 @@
 #define MAX_RANKS 8
 #define SESSION_TIMEOUT_S 120
 
-enum kind { K_INT, K_UINT, K_FLOAT };
-
-struct dtype_info {
-  ncclDataType_t type;
-  const char *name;
-  size_t size;
-  enum kind kind;
-  int ebits, mbits; /* floating types */
-};
-
-static const struct dtype_info dtypes[] = {
-    {ncclInt8, "int8", 1, K_INT, 0, 0},          {ncclUint8, "uint8", 1, K_UINT, 0, 0},
-    {ncclInt32, "int32", 4, K_INT, 0, 0},        {ncclUint64, "uint64", 8, K_UINT, 0, 0},
-    {ncclInt64, "int64", 8, K_INT, 0, 0},        {ncclFloat16, "float16", 2, K_FLOAT, 5, 10},
-    {ncclBfloat16, "bfloat16", 2, K_FLOAT, 8, 7}, {ncclFloat32, "float32", 4, K_FLOAT, 8, 23},
-    {ncclFloat64, "float64", 8, K_FLOAT, 11, 52},
-};
-#define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
-
-static const struct dtype_info *dtype_find(ncclDataType_t t) {
-  for (int i = 0; i < NDTYPES; i++)
-    if (dtypes[i].type == t) return &dtypes[i];
-  return NULL;
-}
+/* The datatypes of the matrix (the allreduce suite covers every one). */
+static const ncclDataType_t matrix_types[] = {ncclInt8,     ncclUint8,   ncclInt32,
+                                              ncclUint64,   ncclInt64,   ncclFloat16,
+                                              ncclBfloat16, ncclFloat32, ncclFloat64};
+#define NDTYPES (int)(sizeof matrix_types / sizeof matrix_types[0])
 
 /* Operators of the matrix: the built-in five, then PreMulSum with a host
  * scalar and with a "device" one (host memory on host ranks). */
 enum { OP_PREMUL_HOST = ncclNumOps, OP_PREMUL_DEV, NOPS_ALL };
-static const char *const op_names[NOPS_ALL] = {"sum", "prod", "max", "min", "avg", "premul-host",
-                                               "premul-dev"};
-
-/* ---- Elements: written out here so the test shares nothing with weft. -- */
-
-static uint64_t mf_encode(double x, int ebits, int mbits) {
-  uint64_t sign = signbit(x) ? (uint64_t)1 << (ebits + mbits) : 0;
-  int bias = (1 << (ebits - 1)) - 1;
-  double a = fabs(x);
-  if (isnan(x)) return sign | ((((uint64_t)1 << ebits) - 1) << mbits) | 1;
-  if (a == 0) return sign;
-  int e;
-  (void)frexp(a, &e);
-  e -= 1;
-  if (e < 1 - bias) /* subnormal */
-    return sign | (uint64_t)nearbyint(ldexp(a, mbits - (1 - bias)));
-  uint64_t m = (uint64_t)nearbyint(ldexp(ldexp(a, -e) - 1.0, mbits));
-  if (m >> mbits) m = 0, e++;
-  return sign | ((uint64_t)(e + bias) << mbits) | m;
-}
-
-static double mf_decode(uint64_t bits, int ebits, int mbits) {
-  int bias = (1 << (ebits - 1)) - 1;
-  uint64_t m = bits & (((uint64_t)1 << mbits) - 1);
-  uint64_t ef = (bits >> mbits) & (((uint64_t)1 << ebits) - 1);
-  int neg = (int)((bits >> (ebits + mbits)) & 1);
-  if (ef == ((uint64_t)1 << ebits) - 1) return m ? NAN : (neg ? -INFINITY : INFINITY);
-  double v = ef == 0 ? ldexp((double)m, 1 - bias - mbits)
-                     : ldexp((double)(m | ((uint64_t)1 << mbits)), (int)ef - bias - mbits);
-  return neg ? -v : v;
-}
-
-static void elem_store(const struct dtype_info *d, void *p, double x) {
-  uint64_t u;
-  if (d->type == ncclFloat32) {
-    float f = (float)x;
-    memcpy(p, &f, 4);
-    return;
-  }
-  if (d->type == ncclFloat64) {
-    memcpy(p, &x, 8);
-    return;
-  }
-  if (d->kind == K_FLOAT)
-    u = mf_encode(x, d->ebits, d->mbits);
-  else
-    u = d->kind == K_INT ? (uint64_t)(int64_t)x : (uint64_t)x;
-  memcpy(p, &u, d->size); /* little-endian hosts, like weft */
-}
-
-static double elem_load(const struct dtype_info *d, const void *p) {
-  uint64_t u = 0;
-  if (d->type == ncclFloat32) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-  }
-  if (d->type == ncclFloat64) {
-    double x;
-    memcpy(&x, p, 8);
-    return x;
-  }
-  memcpy(&u, p, d->size);
-  if (d->kind == K_FLOAT) return mf_decode(u, d->ebits, d->mbits);
-  if (d->kind == K_UINT) return (double)u;
-  int shift = 64 - 8 * (int)d->size; /* sign-extend */
-  return (double)((int64_t)(u << shift) >> shift);
-}
-
-static unsigned char poison_byte(const struct dtype_info *d) {
-  return d->kind == K_FLOAT ? 0xff : 0x7b;
-}
+static const char *const op_names[NOPS_ALL] = {"sum", "prod",        "max",       "min",
+                                               "avg", "premul-host", "premul-dev"};
 
 /* ---- Inputs and references -------------------------------------------- */
-
-static uint32_t mix(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7feb352dU;
-  x ^= x >> 15;
-  x *= 0x846ca68bU;
-  x ^= x >> 16;
-  return x;
-}
 
 /* Rank r's input at position j of the period. */
 static double gen_value(const struct dtype_info *d, int op, int r, int j, uint32_t salt) {
@@ -160,7 +63,9 @@ static double gen_value(const struct dtype_info *d, int op, int r, int j, uint32
 }
 
 /* PreMulSum scalars: rank r multiplies by r+1 (host) or r+2 ("device"). */
-static double premul_scalar(int op, int r) { return op == OP_PREMUL_HOST ? r + 1 : r + 2; }
+static double premul_scalar(int op, int r) {
+  return op == OP_PREMUL_HOST ? r + 1 : r + 2;
+}
 
 static int premul_ok(const struct dtype_info *d) {
   return d->type == ncclInt32 || d->type == ncclInt64 || d->type == ncclFloat16 ||
@@ -368,8 +273,8 @@ static int coll_case(struct ctx *c, enum coll k, const struct bufs *b, size_t co
   size_t s = d->size, me = (size_t)c->rank, nsend, nrecv;
   coll_layout(c, k, count, &nsend, &nrecv);
   snprintf(c->label, sizeof c->label, "%s %s %s count=%zu root=%d %s nranks=%d rank=%d",
-           coll_names[k], d->name, op_names[op], count, root,
-           inplace ? "in-place" : "out-of-place", c->nranks, c->rank);
+           coll_names[k], d->name, op_names[op], count, root, inplace ? "in-place" : "out-of-place",
+           c->nranks, c->rank);
   size_t span = (nsend > nrecv ? nsend : nrecv) + GUARD;
   memset(b->recv, poison_byte(d), span * s);
   fill(c->t, c->rank, b->orig, 0, nsend);
@@ -404,7 +309,7 @@ static int coll_matrix(struct ctx *c, enum coll k, const struct bufs *b, uint32_
   int reduces = k == C_ALLREDUCE || k == C_REDUCESCATTER || k == C_REDUCE;
   int root = 0;
   for (int di = 0; di < NDTYPES; di++) {
-    const struct dtype_info *d = &dtypes[di];
+    const struct dtype_info *d = dtype_find(matrix_types[di]);
     for (int op = 0; op < (reduces ? NOPS_ALL : 1); op++) {
       if (op >= ncclNumOps && !premul_ok(d)) continue;
       table_build(c->t, d, op, c->nranks, (*salt)++);
@@ -433,8 +338,8 @@ static int coll_large(struct ctx *c, enum coll k, const struct bufs *b, uint32_t
 /* ---- Send/recv ---------------------------------------------------------- */
 
 static int p2p_label(struct ctx *c, const char *what, size_t count, int root) {
-  snprintf(c->label, sizeof c->label, "%s count=%zu root=%d nranks=%d rank=%d", what, count,
-           root, c->nranks, c->rank);
+  snprintf(c->label, sizeof c->label, "%s count=%zu root=%d nranks=%d rank=%d", what, count, root,
+           c->nranks, c->rank);
   return 0;
 }
 
@@ -530,7 +435,9 @@ static int scatter(struct ctx *c, const struct bufs *b, size_t count, int root, 
 }
 
 /* Sizes that differ per (sender, receiver) pair. */
-static size_t pair_count(int from, int to) { return 1 + (size_t)((from * 7 + to * 3) % 13) * 37; }
+static size_t pair_count(int from, int to) {
+  return 1 + (size_t)((from * 7 + to * 3) % 13) * 37;
+}
 
 /* One group: to every peer (self included) a message of its own size, then
  * a second, short one to the next rank (the k-th send to a peer pairs with
@@ -618,8 +525,8 @@ static int p2p_matrix(struct ctx *c, const struct bufs *b, uint32_t *salt) {
 
 struct session {
   int nranks;
-  const char *algo;  /* NCCL_ALGO, or NULL: the model chooses */
-  int shm_disable;   /* NCCL_SHM_DISABLE=1: sockets only */
+  const char *algo; /* NCCL_ALGO, or NULL: the model chooses */
+  int shm_disable;  /* NCCL_SHM_DISABLE=1: sockets only */
   int allreduce_only;
 };
 
@@ -662,13 +569,13 @@ static int session_main(int argc, char **argv) {
 }
 
 static const struct session sessions[] = {
-    {1, "ring", 0, 0},  {2, "ring", 0, 0},  {3, "ring", 0, 0}, {4, "ring", 0, 0},
-    {5, "ring", 0, 0},  {6, "ring", 0, 0},  {7, "ring", 0, 0}, {8, "ring", 0, 0},
-    {2, "allreduce:tree;broadcast:ring", 0, 1}, {3, "Tree", 0, 1},
-    {5, "tree", 0, 1},  {8, "tree", 0, 1},
-    {3, "ring", 1, 0},  {4, NULL, 1, 0},   {6, NULL, 0, 0},
-    {1, "direct", 0, 1}, {2, "direct", 0, 1}, {3, "Direct", 0, 1}, {4, "direct", 1, 1},
-    {5, "direct", 0, 1}, {8, "direct", 0, 1},
+    {1, "ring", 0, 0},   {2, "ring", 0, 0},   {3, "ring", 0, 0},
+    {4, "ring", 0, 0},   {5, "ring", 0, 0},   {6, "ring", 0, 0},
+    {7, "ring", 0, 0},   {8, "ring", 0, 0},   {2, "allreduce:tree;broadcast:ring", 0, 1},
+    {3, "Tree", 0, 1},   {5, "tree", 0, 1},   {8, "tree", 0, 1},
+    {3, "ring", 1, 0},   {4, NULL, 1, 0},     {6, NULL, 0, 0},
+    {1, "direct", 0, 1}, {2, "direct", 0, 1}, {3, "Direct", 0, 1},
+    {4, "direct", 1, 1}, {5, "direct", 0, 1}, {8, "direct", 0, 1},
 };
 #define NSESSIONS (int)(sizeof sessions / sizeof sessions[0])
 
