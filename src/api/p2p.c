@@ -92,6 +92,32 @@ WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t 
 }
 WEFT_ALIAS(ncclAlltoAll)
 
+/* Gather and Scatter: the root moves one block per rank between `blocks`
+ * (count elements per rank, in rank order) and every rank's own buffer;
+ * `blocks_func` is what the root does with the blocks (RECV: gather, SEND:
+ * scatter). In place (the own buffer is the root's block) the root copies
+ * nothing. */
+static ncclResult_t rooted_blocks(struct ncclComm *comm, enum weft_func blocks_func,
+                                  const void *blocks, const void *own, size_t count,
+                                  ncclDataType_t datatype, int root) {
+  enum weft_func own_func = blocks_func == WEFT_FUNC_RECV ? WEFT_FUNC_SEND : WEFT_FUNC_RECV;
+  ncclResult_t res = ncclSuccess;
+  ncclGroupStart();
+  if (comm->rank != root) {
+    res = p2p_add(comm, own_func, own, count, datatype, root);
+    return implicit_group_end(res);
+  }
+  int in_place = own == block(blocks, (size_t)root, count, datatype);
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
+    if (p == root && in_place) continue;
+    if (p == root) res = p2p_add(comm, own_func, own, count, datatype, root);
+    if (res == ncclSuccess)
+      res =
+          p2p_add(comm, blocks_func, block(blocks, (size_t)p, count, datatype), count, datatype, p);
+  }
+  return implicit_group_end(res);
+}
+
 /* Gather: at the root, rank i's count elements land at recvbuff + i*count;
  * in place (sendbuff is the root's own block) the root copies nothing. */
 WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
@@ -107,21 +133,7 @@ WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t co
   WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
   if (me == root)
     WEFT_CHECK(weft_check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, n));
-  ncclResult_t res = ncclSuccess;
-  ncclGroupStart();
-  if (me != root) {
-    res = p2p_add(comm, WEFT_FUNC_SEND, sendbuff, count, datatype, root);
-  } else {
-    int in_place = sendbuff == block(recvbuff, (size_t)root, count, datatype);
-    for (int p = 0; p < n && res == ncclSuccess; p++) {
-      if (p == root && in_place) continue;
-      if (p == root) res = p2p_add(comm, WEFT_FUNC_SEND, sendbuff, count, datatype, root);
-      if (res == ncclSuccess)
-        res = p2p_add(comm, WEFT_FUNC_RECV, block(recvbuff, (size_t)p, count, datatype), count,
-                      datatype, p);
-    }
-  }
-  return implicit_group_end(res);
+  return rooted_blocks(comm, WEFT_FUNC_RECV, recvbuff, sendbuff, count, datatype, root);
 }
 WEFT_ALIAS(ncclGather)
 
@@ -140,20 +152,6 @@ WEFT_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t c
   WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
   if (me == root)
     WEFT_CHECK(weft_check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, n));
-  ncclResult_t res = ncclSuccess;
-  ncclGroupStart();
-  if (me != root) {
-    res = p2p_add(comm, WEFT_FUNC_RECV, recvbuff, count, datatype, root);
-  } else {
-    int in_place = recvbuff == block(sendbuff, (size_t)root, count, datatype);
-    for (int p = 0; p < n && res == ncclSuccess; p++) {
-      if (p == root && in_place) continue;
-      res = p2p_add(comm, WEFT_FUNC_SEND, block(sendbuff, (size_t)p, count, datatype), count,
-                    datatype, p);
-      if (res == ncclSuccess && p == root)
-        res = p2p_add(comm, WEFT_FUNC_RECV, recvbuff, count, datatype, root);
-    }
-  }
-  return implicit_group_end(res);
+  return rooted_blocks(comm, WEFT_FUNC_SEND, sendbuff, recvbuff, count, datatype, root);
 }
 WEFT_ALIAS(ncclScatter)
