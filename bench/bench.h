@@ -109,6 +109,10 @@ struct bench_args {
   int blocking;
   int cudagraph; /* accepted, not used: there is no graph to capture */
   const char *json_path;
+  const char *plot_path; /* --plot: busbw against size as a PNG */
+  int force_cpu;         /* --cpu: host ranks even where there is a GPU */
+  int force_gpu;         /* --gpu: device buffers, or an error */
+  int use_gpu;           /* what the run uses, once decided (weft-bench.c) */
   int show_version;
 };
 
@@ -155,6 +159,24 @@ struct bench_result {
   double wrong; /* < 0: not checked */
 };
 
+/* The memory roofline of a GPU run: one device's copy bandwidth, counting
+ * every byte read and every byte written (bench_mem_cuda.c measures it). */
+struct bench_copy_bw {
+  size_t bytes; /* size of one copy; 0: not measured (host runs) */
+  int device;
+  char devname[44];
+  double gbps; /* (read + written bytes) / s / 1e9 */
+};
+
+/* One plotted point: busbw of both placements of one row. */
+struct bench_plot_point {
+  int coll;
+  int type;
+  int op;
+  size_t bytes;
+  double busbw[2]; /* out-of-place, in-place */
+};
+
 struct bench_report {
   FILE *out;
   const char *program;
@@ -167,6 +189,11 @@ struct bench_report {
   double wrong_total;
   FILE *json; /* NULL without --json */
   long json_rows;
+  const char *buffers;             /* a header line on where buffers live; NULL: host */
+  struct bench_copy_bw copy;       /* printed in the header when measured */
+  struct bench_plot_point *points; /* kept for --plot */
+  size_t npoints;
+  size_t points_cap;
 };
 
 /* Starts the report on stdout (and the JSON file, if asked for); -1 when
@@ -180,6 +207,9 @@ void bench_report_row(struct bench_report *r, const struct bench_case *c,
                       const struct bench_result res[2]);
 /* Prints the footers; returns the number of wrong elements seen. */
 double bench_report_close(struct bench_report *r);
+/* Draws --plot from the rows reported (bench_plot.c); 0 on success, else
+ * prints why and returns -1. Frees the points either way. */
+int bench_plot_write(struct bench_report *r, const char *path);
 
 /* The JSON twin of the table (bench_json.c). */
 int bench_json_open(struct bench_report *r, const char *path);

@@ -1,6 +1,7 @@
 /* Command-line flags: nccl-tests' flags with their defaults (except the
- * size range, 8 B to 32 MiB here), plus weft-bench's own -np and --json.
- * weft-mpi-ref takes the subset an MPI program can honour. */
+ * size range, 8 B to 32 MiB here), plus weft-bench's own -np, --json,
+ * --plot, --cpu and --gpu. weft-mpi-ref takes the subset an MPI program can
+ * honour. A bad flag is reported with the flag and what it expects. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,16 +51,37 @@ static const struct arg_spec specs[] = {
     {"z", "blocking", ARG_INT, FIELD(blocking), FOR_WEFT,
      "complete each call, then barrier (default 0)"},
     {"G", "cudagraph", ARG_INT, FIELD(cudagraph), FOR_WEFT,
-     "accepted and ignored: host ranks have no graphs"},
+     "accepted and ignored: weft-bench captures no CUDA graphs"},
     {"np", "np", ARG_INT, FIELD(nprocs), FOR_WEFT,
-     "local ranks, one forked process each (default 2)"},
+     "processes to fork, each running -t x -g ranks (default 2)"},
     {NULL, "json", ARG_PATH, FIELD(json_path), FOR_WEFT, "also write the results as JSON to FILE"},
+    {NULL, "plot", ARG_PATH, FIELD(plot_path), FOR_WEFT,
+     "also draw busbw against size into FILE (PNG; gnuplot, or python3 with matplotlib)"},
+    {NULL, "gpu", ARG_NONE, FIELD(force_gpu), FOR_WEFT,
+     "device buffers on the ranks' GPUs; an error where there is none (default: when found)"},
+    {NULL, "cpu", ARG_NONE, FIELD(force_cpu), FOR_WEFT,
+     "host ranks on host buffers (sets WEFT_DEVICE=cpu), even where there is a GPU"},
     {NULL, "version", ARG_NONE, FIELD(show_version), FOR_ALL,
      "print the version and built-in features"},
     {"h", "help", ARG_NONE, 0, FOR_ALL, "this text"},
 };
 
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
+
+/* What a flag of each kind expects, for error messages. */
+static const char *const kind_expects[] = {
+    [ARG_SIZE] =
+        "a size in bytes: a whole number, optionally with K, M, G or T (powers of "
+        "1024), like 8, 64K or 4G",
+    [ARG_INT] = "a whole number",
+    [ARG_LONG] = "a whole number",
+    [ARG_OP] = "sum, prod, max, min, avg or all",
+    [ARG_TYPE] =
+        "int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, "
+        "f8e4m3, f8e5m2 or all",
+    [ARG_PATH] = "a file name",
+    [ARG_NONE] = "no value",
+};
 
 static void args_defaults(struct bench_args *a) {
   memset(a, 0, sizeof(*a));
@@ -88,11 +110,12 @@ static void args_usage(FILE *f, const char *prog, enum bench_args_set set) {
           prog);
   for (size_t i = 0; i < NSPECS; i++) {
     if (!(specs[i].programs & (1 << set))) continue;
+    const char *value = specs[i].kind == ARG_PATH ? " FILE" : "";
     char names[48];
     if (specs[i].shortname)
-      snprintf(names, sizeof(names), "-%s, --%s", specs[i].shortname, specs[i].longname);
+      snprintf(names, sizeof(names), "-%s, --%s%s", specs[i].shortname, specs[i].longname, value);
     else
-      snprintf(names, sizeof(names), "--%s", specs[i].longname);
+      snprintf(names, sizeof(names), "--%s%s", specs[i].longname, value);
     fprintf(f, "  %-24s %s\n", names, specs[i].help);
   }
 }
@@ -164,7 +187,10 @@ static int args_store(struct bench_args *a, const struct arg_spec *spec, const c
       if (idx < 0 && strcmp(value, "all") != 0) return -1;
       *(int *)(void *)field = idx;
       return 0;
-    case ARG_PATH: *(const char **)(void *)field = value; return 0;
+    case ARG_PATH:
+      if (*value == '\0') return -1;
+      *(const char **)(void *)field = value;
+      return 0;
     case ARG_NONE: *(int *)(void *)field = 1; return 0;
   }
   return -1;
@@ -187,6 +213,8 @@ static const struct arg_spec *args_match(const char *arg, const char **inline_va
   }
   for (size_t i = 0; i < NSPECS; i++) /* whole words first: -np */
     if (specs[i].shortname && strcmp(arg + 1, specs[i].shortname) == 0) return &specs[i];
+  for (size_t i = 0; i < NSPECS; i++) /* then long names with one dash: -gpu */
+    if (strcmp(arg + 1, specs[i].longname) == 0) return &specs[i];
   for (size_t i = 0; i < NSPECS; i++)
     if (specs[i].shortname && specs[i].shortname[1] == '\0' && arg[1] == specs[i].shortname[0] &&
         specs[i].kind != ARG_NONE) {
@@ -196,44 +224,81 @@ static const struct arg_spec *args_match(const char *arg, const char **inline_va
   return NULL;
 }
 
-/* Checks the values that need no rank count. */
+/* Checks the values that need no rank count; names the flag and what it
+ * expects. */
 static int args_validate(const struct bench_args *a, const char *prog) {
-  const char *bad = NULL;
+  const long long per_proc = (long long)a->ngpus * a->nthreads;
 
   if (a->min_bytes > a->max_bytes)
-    bad = "-b must not exceed -e";
-  else if (a->iters < 1 || a->warmup < 0 || a->agg_iters < 1)
-    bad = "-n and -m must be at least 1, -w at least 0";
+    fprintf(stderr, "%s: -b %zu is larger than -e %zu: expected -b <= -e\n", prog, a->min_bytes,
+            a->max_bytes);
+  else if (a->iters < 1)
+    fprintf(stderr, "%s: -n %d: expected at least 1 iteration\n", prog, a->iters);
+  else if (a->agg_iters < 1)
+    fprintf(stderr, "%s: -m %d: expected at least 1 call per iteration\n", prog, a->agg_iters);
+  else if (a->warmup < 0)
+    fprintf(stderr, "%s: -w %d: expected 0 or more warmup iterations\n", prog, a->warmup);
   else if (a->step_factor <= 1 && a->step_bytes == 0)
-    bad = "-i must be at least 1 when -f is 1";
+    fprintf(stderr, "%s: -i 0 with -f 1 never grows the size: expected -i of 1 or more\n", prog);
   else if (a->ngpus < 1 || a->nthreads < 1 || a->nprocs < 1)
-    bad = "-g, -t and -np must be at least 1";
+    fprintf(stderr, "%s: -g %d -t %d -np %d: expected each to be at least 1\n", prog, a->ngpus,
+            a->nthreads, a->nprocs);
+  else if (per_proc * a->nprocs > 65536)
+    fprintf(stderr, "%s: -np %d x -t %d x -g %d is %lld ranks: expected at most 65536\n", prog,
+            a->nprocs, a->nthreads, a->ngpus, per_proc * a->nprocs);
   else if (a->average < 0 || a->average > 3)
-    bad = "-a takes 0, 1, 2 or 3";
+    fprintf(stderr, "%s: -a %d: expected 0 (rank 0), 1 (mean), 2 (min) or 3 (max)\n", prog,
+            a->average);
   else if (a->check < 0)
-    bad = "-c takes 0 or 1";
-  if (bad) fprintf(stderr, "%s: %s\n", prog, bad);
-  return bad ? -1 : 0;
+    fprintf(stderr, "%s: -c %d: expected 0 (no checks) or 1\n", prog, a->check);
+  else if (a->force_cpu && a->force_gpu)
+    fprintf(stderr, "%s: --cpu and --gpu both given: expected at most one of them\n", prog);
+  else
+    return 0;
+  return -1;
 }
 
-/* Takes the flag at argv[*i] (and its value); -1 when it is bad. */
+/* The flag as the user may know it: "-b (--minbytes)" or "--json". */
+static void flag_name(const struct arg_spec *spec, char *buf, size_t len) {
+  if (spec->shortname)
+    snprintf(buf, len, "-%s (--%s)", spec->shortname, spec->longname);
+  else
+    snprintf(buf, len, "--%s", spec->longname);
+}
+
+/* Takes the flag at argv[*i] (and its value); -1 when it is bad, 1 when it
+ * asks for help. */
 static int args_one(struct bench_args *a, int argc, char **argv, int *i, enum bench_args_set set) {
   const char *value;
   const struct arg_spec *spec = args_match(argv[*i], &value);
+  char name[48];
 
   if (!spec || !(spec->programs & (1 << set))) {
     fprintf(stderr, "%s: unknown flag %s (see --help)\n", argv[0], argv[*i]);
     return -1;
   }
+  if (strcmp(spec->longname, "help") == 0) return 1;
+  flag_name(spec, name, sizeof(name));
+  if (spec->kind == ARG_NONE && value) {
+    fprintf(stderr, "%s: %s takes no value, got '%s'\n", argv[0], name, value);
+    return -1;
+  }
   if (spec->kind != ARG_NONE && !value) {
+    /* "--plot -b 8" would take -b as the file: a flag is never a value. */
     if (*i + 1 >= argc) {
-      fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[*i]);
+      fprintf(stderr, "%s: %s needs a value: %s\n", argv[0], name, kind_expects[spec->kind]);
+      return -1;
+    }
+    if (spec->kind == ARG_PATH && argv[*i + 1][0] == '-') {
+      fprintf(stderr, "%s: %s needs a value (%s), but the next argument is the flag %s\n", argv[0],
+              name, kind_expects[spec->kind], argv[*i + 1]);
       return -1;
     }
     value = argv[++*i];
   }
   if (args_store(a, spec, value ? value : "") != 0) {
-    fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], value, argv[*i]);
+    fprintf(stderr, "%s: bad value '%s' for %s: expected %s\n", argv[0], value, name,
+            kind_expects[spec->kind]);
     return -1;
   }
   if (strcmp(spec->longname, "stepbytes") == 0) a->step_factor = 1; /* the last of -i and -f wins */
@@ -246,10 +311,6 @@ int bench_args_parse(struct bench_args *a, int argc, char **argv, enum bench_arg
 
   args_defaults(a);
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      args_usage(stdout, argv[0], set);
-      return 1;
-    }
     if (argv[i][0] != '-') {
       a->coll = bench_coll_find(argv[i]);
       if (a->coll < 0 || coll_given++) {
@@ -258,7 +319,9 @@ int bench_args_parse(struct bench_args *a, int argc, char **argv, enum bench_arg
       }
       continue;
     }
-    if (args_one(a, argc, argv, &i, set) != 0) return -1;
+    int rc = args_one(a, argc, argv, &i, set);
+    if (rc > 0) args_usage(stdout, argv[0], set);
+    if (rc != 0) return rc;
   }
   return args_validate(a, argv[0]);
 }

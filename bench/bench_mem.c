@@ -1,12 +1,18 @@
-/* Where a rank's buffers live. Host ranks (weft's host engine) take plain
- * host memory and ignore the stream: a call returns once its result is in
- * the buffer, so copies are memcpy and sync has nothing to wait for.
+/* Where a rank's buffers live, and which kind a run uses.
  *
- * A device path is one more table: cudaMalloc'd buffers, copies and syncs
- * on the rank's stream. It sits behind WEFT_BENCH_CUDA and is not built
- * until weft has a CUDA engine to measure. */
+ * Host ranks (weft's host engine) take plain host memory and ignore the
+ * stream: a call returns once its result is in the buffer, so copies are
+ * memcpy and sync has nothing to wait for. GPU ranks are the table in
+ * bench_mem_cuda.c, built when Meson finds CUDA (WEFT_BENCH_CUDA).
+ *
+ * The choice is made once, in the parent before any rank starts: --cpu or
+ * WEFT_DEVICE=cpu give host ranks; otherwise GPU ranks where a CUDA device
+ * is found (--gpu makes its absence an error), else host ranks. Host ranks
+ * always run with WEFT_DEVICE=cpu, so on a machine with a GPU the library
+ * treats them as host ranks too, as the bench does. */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench_weft.h"
 
@@ -60,8 +66,9 @@ static void host_describe(int local_index, struct bench_rank_info *info) {
   snprintf(info->devname, sizeof(info->devname), "host");
 }
 
-static const struct bench_mem_ops bench_mem_host = {
+const struct bench_mem_ops bench_mem_host = {
     .name = "host",
+    .header = NULL,
     .bind = host_bind,
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
@@ -71,82 +78,64 @@ static const struct bench_mem_ops bench_mem_host = {
     .download = host_copy,
     .sync = host_sync,
     .describe = host_describe,
+    .copy_bw = NULL,
 };
 
-#if WEFT_BENCH_CUDA
-#include <cuda_runtime.h>
-
-static int cuda_check(cudaError_t err, const char *what) {
-  if (err == cudaSuccess) return 0;
-  fprintf(stderr, "weft-bench: %s failed: %s\n", what, cudaGetErrorString(err));
-  return -1;
+static int env_says_cpu(void) {
+  const char *d = getenv("WEFT_DEVICE");
+  return d != NULL && strcasecmp(d, "cpu") == 0;
 }
 
-static int cuda_bind(int local_index) {
-  int ndev = 0;
-  if (cuda_check(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount")) return -1;
-  return cuda_check(cudaSetDevice(local_index % ndev), "cudaSetDevice");
-}
-
-static int cuda_stream_create(cudaStream_t *stream_out) {
-  return cuda_check(cudaStreamCreateWithFlags(stream_out, cudaStreamNonBlocking),
-                    "cudaStreamCreate");
-}
-
-static void cuda_stream_destroy(cudaStream_t stream) {
-  cudaStreamDestroy(stream);
-}
-
-static int cuda_alloc(void **ptr_out, size_t bytes) {
-  return cuda_check(cudaMalloc(ptr_out, bytes ? bytes : 1), "cudaMalloc");
-}
-
-static void cuda_release(void *ptr) {
-  cudaFree(ptr);
-}
-
-static int cuda_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
-  if (cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), "cudaMemcpyAsync"))
+/* Host ranks: the library must see WEFT_DEVICE=cpu before its first call,
+ * in this process and in every rank forked from it. */
+static int choose_host(struct bench_args *a) {
+  a->use_gpu = 0;
+  if (setenv("WEFT_DEVICE", "cpu", 1) != 0) {
+    perror("weft-bench: setenv WEFT_DEVICE");
     return -1;
-  return cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  }
+  return 0;
 }
 
-static int cuda_sync(cudaStream_t stream) {
-  return cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-}
-
-static void cuda_describe(int local_index, struct bench_rank_info *info) {
-  struct cudaDeviceProp prop;
-  int dev = 0;
-
-  (void)local_index;
-  cudaGetDevice(&dev);
-  info->device = dev;
-  if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return;
-  snprintf(info->label, sizeof(info->label), "0x%02x", prop.pciBusID);
-  snprintf(info->devname, sizeof(info->devname), "%s", prop.name);
-}
-
-static const struct bench_mem_ops bench_mem_cuda = {
-    .name = "cuda",
-    .bind = cuda_bind,
-    .stream_create = cuda_stream_create,
-    .stream_destroy = cuda_stream_destroy,
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .upload = cuda_copy,
-    .download = cuda_copy,
-    .sync = cuda_sync,
-    .describe = cuda_describe,
-};
-#endif
-
-/* Host memory until weft's CUDA engine exists; then device memory where
- * the ranks have GPUs. */
-const struct bench_mem_ops *bench_mem_select(void) {
+int bench_mem_choose(struct bench_args *a) {
+  if (a->force_cpu) return choose_host(a);
+  if (env_says_cpu()) {
+    if (!a->force_gpu) return choose_host(a);
+    fprintf(stderr,
+            "weft-bench: --gpu, but WEFT_DEVICE=cpu in the environment makes every rank a host "
+            "rank: unset WEFT_DEVICE, or drop --gpu\n");
+    return -1;
+  }
 #if WEFT_BENCH_CUDA
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) return &bench_mem_cuda;
+  char why[256];
+  if (bench_mem_cuda_probe(why, sizeof(why)) > 0) {
+    a->use_gpu = 1;
+    return 0;
+  }
+  if (a->force_gpu) {
+    fprintf(stderr, "weft-bench: --gpu, but there is no CUDA device: %s\n", why);
+    return -1;
+  }
+  fprintf(stderr,
+          "weft-bench: no CUDA device (%s); running host ranks on host buffers "
+          "(--cpu skips this check)\n",
+          why);
+#else
+  if (a->force_gpu) {
+    fprintf(stderr,
+            "weft-bench: --gpu, but this weft-bench was built without CUDA: rebuild with the "
+            "CUDA toolkit installed (meson setup -Dcuda=enabled)\n");
+    return -1;
+  }
+#endif
+  return choose_host(a);
+}
+
+const struct bench_mem_ops *bench_mem_get(const struct bench_args *a) {
+#if WEFT_BENCH_CUDA
+  if (a->use_gpu) return &bench_mem_cuda;
+#else
+  (void)a;
 #endif
   return &bench_mem_host;
 }

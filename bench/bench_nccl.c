@@ -25,12 +25,17 @@ int bench_nccl_fail(const struct bench_rank *r, const char *call, ncclResult_t r
 
 int bench_nccl_init(struct bench_thread *t) {
   ncclResult_t res = ncclSuccess;
-  int failed = -1;
+  int failed = -1, unbound = 0;
 
   if (t->nlocal > 1) ncclGroupStart();
-  for (int i = 0; i < t->nlocal && failed < 0; i++) {
+  for (int i = 0; i < t->nlocal && failed < 0 && !unbound; i++) {
     struct bench_rank *r = &t->ranks[i];
-    if (t->mem->bind(t->local_base + i) != 0) return BENCH_EXIT_ERROR;
+    /* The rank's device is current when its init is called: that is how
+     * NCCL (and weft) learn which GPU a communicator's rank is on. */
+    if (t->mem->bind(r->local_index) != 0) {
+      unbound = 1;
+      break;
+    }
     res = ncclCommInitRank(&r->comm, t->nranks, t->id, r->rank);
     if (res != ncclSuccess) failed = i;
   }
@@ -41,6 +46,7 @@ int bench_nccl_init(struct bench_thread *t) {
       failed = 0;
     }
   }
+  if (unbound) return BENCH_EXIT_ERROR;
   if (failed >= 0) return bench_nccl_fail(&t->ranks[failed], "ncclCommInitRank", res);
   return 0;
 }
@@ -100,7 +106,7 @@ int bench_nccl_iteration(struct bench_thread *t, const struct bench_case *c, int
   if (grouped) ncclGroupStart();
   for (int a = 0; a < agg_iters && failed < 0; a++)
     for (int i = 0; i < t->nlocal && failed < 0; i++) {
-      res = coll_issue(c, &t->ranks[i], in_place, t->stream);
+      res = coll_issue(c, &t->ranks[i], in_place, t->ranks[i].stream);
       if (res != ncclSuccess) failed = i;
     }
   if (grouped) {
@@ -122,7 +128,7 @@ int bench_nccl_allreduce(struct bench_thread *t, void *const *bufs, size_t count
 
   if (t->nlocal > 1) ncclGroupStart();
   for (int i = 0; i < t->nlocal && failed < 0; i++) {
-    res = ncclAllReduce(bufs[i], bufs[i], count, type, op, t->ranks[i].comm, t->stream);
+    res = ncclAllReduce(bufs[i], bufs[i], count, type, op, t->ranks[i].comm, t->ranks[i].stream);
     if (res != ncclSuccess) failed = i;
   }
   if (t->nlocal > 1) {
@@ -133,5 +139,21 @@ int bench_nccl_allreduce(struct bench_thread *t, void *const *bufs, size_t count
     }
   }
   if (failed >= 0) return bench_nccl_fail(&t->ranks[failed], "ncclAllReduce (bench)", res);
-  return t->mem->sync(t->stream) != 0 ? BENCH_EXIT_ERROR : 0;
+  return bench_nccl_wait(t);
+}
+
+int bench_nccl_wait(struct bench_thread *t) {
+  for (int i = 0; i < t->nlocal; i++)
+    if (t->mem->sync(t->ranks[i].stream) != 0) {
+      fprintf(stderr, "weft-bench: rank %d: waiting for its stream failed\n", t->ranks[i].rank);
+      return BENCH_EXIT_ERROR;
+    }
+  for (int i = 0; i < t->nlocal; i++) {
+    ncclResult_t async = ncclSuccess;
+    ncclResult_t res = ncclCommGetAsyncError(t->ranks[i].comm, &async);
+    if (res != ncclSuccess) return bench_nccl_fail(&t->ranks[i], "ncclCommGetAsyncError", res);
+    if (async != ncclSuccess && async != ncclInProgress)
+      return bench_nccl_fail(&t->ranks[i], "a collective (asynchronous error)", async);
+  }
+  return 0;
 }

@@ -2,6 +2,7 @@
  * row per size with out-of-place and in-place columns, and the two footers
  * scripts grep for. Keeping the layout byte-for-byte lets tools written
  * for nccl-tests output read weft-bench and weft-mpi-ref output too. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
@@ -40,15 +41,26 @@ void bench_report_header(struct bench_report *r) {
     fprintf(r->out,
             "# Blocking Enabled: wait for completion and barrier "
             "after each collective \n");
-  if (a->cudagraph)
+  if (a->cudagraph && !r->buffers)
     fprintf(r->out,
             "# Note: -G %d ignored: host ranks have no CUDA graphs "
             "to capture\n",
+            a->cudagraph);
+  else if (a->cudagraph)
+    fprintf(r->out, "# Note: -G %d ignored: weft-bench does not capture CUDA graphs yet\n",
             a->cudagraph);
   fprintf(r->out,
           "# Time: the mean of %d iterations on each rank, then %s "
           "(-a %d)\n",
           a->iters, average_names[a->average], a->average);
+  /* GPU runs only: host runs print exactly the lines they always did. */
+  if (r->buffers) fputs(r->buffers, r->out);
+  if (r->copy.bytes)
+    fprintf(r->out,
+            "# Device copy bandwidth: %.1f GB/s on device %d (%s): cudaMemcpyAsync device to "
+            "device of %zu B, bytes read + bytes written per second (the memory roofline for "
+            "busbw)\n",
+            r->copy.gbps, r->copy.device, r->copy.devname, r->copy.bytes);
   fprintf(r->out, "#\n# Using devices\n");
 }
 
@@ -76,6 +88,26 @@ void bench_report_columns(struct bench_report *r) {
           "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
           "(GB/s)", "");
   fflush(r->out);
+}
+
+/* Keeps a row for --plot; a point that finds no memory is left out of the
+ * picture, never out of the table. */
+static void keep_point(struct bench_report *r, const struct bench_case *c,
+                       const struct bench_result res[2]) {
+  if (r->npoints == r->points_cap) {
+    size_t cap = r->points_cap ? 2 * r->points_cap : 64;
+    struct bench_plot_point *p = realloc(r->points, cap * sizeof(*p));
+    if (!p) return;
+    r->points = p;
+    r->points_cap = cap;
+  }
+  r->points[r->npoints++] = (struct bench_plot_point){
+      .coll = c->coll,
+      .type = c->type,
+      .op = bench_colls[c->coll].has_op ? (int)c->op : -1,
+      .bytes = bench_case_bytes(c),
+      .busbw = {res[0].busbw, res[1].busbw},
+  };
 }
 
 /* nccl-tests' precision: fewer decimals as times grow. */
@@ -107,6 +139,7 @@ void bench_report_row(struct bench_report *r, const struct bench_case *c,
   fprintf(r->out, "\n");
   fflush(r->out);
   if (r->json) bench_json_row(r, c, res);
+  if (r->args->plot_path) keep_point(r, c, res);
 }
 
 double bench_report_close(struct bench_report *r) {

@@ -5,6 +5,11 @@
 
 #include "bench.h"
 
+/* 1 when Meson found CUDA: the GPU-rank table is built (bench_mem_cuda.c). */
+#ifndef WEFT_BENCH_CUDA
+#define WEFT_BENCH_CUDA 0
+#endif
+
 /* Exit codes of weft-bench (and of each of its rank processes). */
 enum bench_exit {
   BENCH_EXIT_OK = 0,
@@ -14,13 +19,19 @@ enum bench_exit {
 
 /* ---- Buffers ---------------------------------------------------------------
  *
- * Where a rank's buffers live. Host ranks use plain host memory and ignore
- * the stream; a device-buffer path is one more table of these functions
- * (see bench_mem.c), chosen by bench_mem_select. Functions return 0 on
- * success and print their own error otherwise. */
+ * Where a rank's buffers live: one table of these functions per kind. Host
+ * ranks (bench_mem.c) use plain host memory and ignore the stream; GPU
+ * ranks (bench_mem_cuda.c) use cudaMalloc'd memory and one stream each.
+ * A rank's functions take its local index (its place among this host's
+ * ranks), which picks its device. Functions return 0 on success and print
+ * their own error otherwise. */
 struct bench_mem_ops {
   const char *name;
-  /* Makes local_index this thread's current device (before comm init). */
+  /* A header line saying where buffers live; NULL for host ranks, whose
+   * table stays exactly as it was before GPU ranks existed. */
+  const char *header;
+  /* Makes local_index's device the calling thread's current one: before
+   * the communicator's init and before anything allocated on the device. */
   int (*bind)(int local_index);
   int (*stream_create)(cudaStream_t *stream_out);
   void (*stream_destroy)(cudaStream_t stream);
@@ -34,16 +45,36 @@ struct bench_mem_ops {
   int (*sync)(cudaStream_t stream);
   /* Fills the device fields of a rank's line in the table. */
   void (*describe)(int local_index, struct bench_rank_info *info);
+  /* Measures local_index's device-to-device copy bandwidth with copies of
+   * up to max_bytes; NULL where there is no device. */
+  int (*copy_bw)(int local_index, size_t max_bytes, struct bench_copy_bw *out);
 };
 
-const struct bench_mem_ops *bench_mem_select(void);
+extern const struct bench_mem_ops bench_mem_host;
+#if WEFT_BENCH_CUDA
+extern const struct bench_mem_ops bench_mem_cuda;
+/* CUDA devices this process would see, probed in a child process so this
+ * one never initializes CUDA before it forks its ranks; 0 with the reason
+ * in why when there are none. */
+int bench_mem_cuda_probe(char *why, size_t len);
+#endif
+
+/* Decides a->use_gpu from --cpu, --gpu, WEFT_DEVICE and the devices found,
+ * and sets WEFT_DEVICE=cpu when the ranks are host ranks, so the library
+ * agrees with the bench. Prints why and returns -1 when --gpu cannot be
+ * honoured. Call before any rank starts (any fork, any NCCL call). */
+int bench_mem_choose(struct bench_args *a);
+/* The table a->use_gpu names. */
+const struct bench_mem_ops *bench_mem_get(const struct bench_args *a);
 
 /* ---- Ranks of this thread ------------------------------------------------- */
 
 struct bench_rank {
   int rank;
+  int local_index; /* among this host's ranks: picks the device */
   ncclComm_t comm;
-  void *send; /* buffers of the mem ops, buf_bytes each */
+  cudaStream_t stream; /* its own, so ranks of one thread run concurrently */
+  void *send;          /* buffers of the mem ops, buf_bytes each */
   void *recv;
   void *scratch;       /* one double, for timings and error counts */
   unsigned char *host; /* host image for filling and checking */
@@ -54,10 +85,8 @@ struct bench_thread {
   const struct bench_mem_ops *mem;
   ncclUniqueId id;
   int nranks;
-  int nlocal;     /* ranks this thread drives (-g) */
-  int local_base; /* device index of its first rank on this host */
-  int printer;    /* holds rank 0: prints the report */
-  cudaStream_t stream;
+  int nlocal;  /* ranks this thread drives (-g) */
+  int printer; /* holds rank 0: prints the report */
   size_t buf_bytes;
   struct bench_rank *ranks;
   void **bufs;  /* nlocal pointers, for gathering across ranks */
@@ -84,6 +113,10 @@ int bench_nccl_iteration(struct bench_thread *t, const struct bench_case *c, int
  * then waits for them. */
 int bench_nccl_allreduce(struct bench_thread *t, void *const *bufs, size_t count,
                          ncclDataType_t type, ncclRedOp_t op);
+/* Waits for every rank's stream, then asks each communicator for an
+ * asynchronous error (a GPU rank's kernel that timed out ends, and says so
+ * only there). */
+int bench_nccl_wait(struct bench_thread *t);
 
 /* ---- Processes (bench_ranks.c) -------------------------------------------- */
 

@@ -37,11 +37,13 @@ tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # weft-bench joins the MPI job when it was built with MPI; otherwise it
-# forks its N ranks itself. Both ways give N host ranks on this machine.
+# forks its N ranks itself. Both ways give N host ranks on this machine:
+# --cpu keeps them on host buffers where there is a GPU too, since MPI's
+# side runs on host buffers.
 if "$weft" --version | grep -q 'mpi: yes'; then
-  $mpirun -np "$np" "$weft" "$@" >"$tmp/weft" 2>"$tmp/weft.err"
+  $mpirun -np "$np" "$weft" --cpu "$@" >"$tmp/weft" 2>"$tmp/weft.err"
 else
-  "$weft" -np "$np" "$@" >"$tmp/weft" 2>"$tmp/weft.err"
+  "$weft" --cpu -np "$np" "$@" >"$tmp/weft" 2>"$tmp/weft.err"
 fi
 weft_rc=$?
 $mpirun -np "$np" "$ref" "$@" >"$tmp/mpi" 2>"$tmp/mpi.err"

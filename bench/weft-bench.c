@@ -3,11 +3,13 @@
  *
  *   weft-bench [COLLECTIVE] [-b 8] [-e 32M] [-f 2] [-n 20] [-w 5] [-c 1]
  *              [-o sum] [-d float] [-np 2] [-t 1] [-g 1] [--json FILE]
+ *              [--plot FILE.png] [--cpu | --gpu]
  *
  * Ranks = processes (-np, or mpirun's) x threads (-t) x ranks per thread
  * (-g). Each process runs its threads here; each thread runs
- * bench_thread_run (bench_loop.c) on its ranks. docs/BENCH.md explains the
- * columns and formulas. */
+ * bench_thread_run (bench_loop.c) on its ranks. Whether ranks use GPU or
+ * host buffers is decided once, before any rank starts (bench_mem.c).
+ * docs/BENCH.md explains the columns and formulas. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -48,11 +50,10 @@ static int thread_setup(struct bench_thread *t, const struct bench_args *a, cons
   const int per_proc = a->nthreads * a->ngpus;
 
   t->args = a;
-  t->mem = bench_mem_select();
+  t->mem = bench_mem_get(a);
   t->id = *id;
   t->nranks = nprocs * per_proc;
   t->nlocal = a->ngpus;
-  t->local_base = local_index * per_proc + k * a->ngpus;
   t->printer = proc == 0 && k == 0;
   /* Room for the largest size, whole cache lines for the in-place shifts. */
   t->buf_bytes = (a->max_bytes + 63) & ~(size_t)63;
@@ -63,7 +64,11 @@ static int thread_setup(struct bench_thread *t, const struct bench_args *a, cons
     fprintf(stderr, "weft-bench: out of memory\n");
     return -1;
   }
-  for (int j = 0; j < t->nlocal; j++) t->ranks[j].rank = proc * per_proc + k * a->ngpus + j;
+  /* nccl-tests' numbering; the local index picks the rank's device. */
+  for (int j = 0; j < t->nlocal; j++) {
+    t->ranks[j].rank = proc * per_proc + k * a->ngpus + j;
+    t->ranks[j].local_index = local_index * per_proc + k * a->ngpus + j;
+  }
   return 0;
 }
 
@@ -116,15 +121,31 @@ static int proc_run(const struct bench_args *a, const ncclUniqueId *id, int proc
   return rc;
 }
 
+/* --version: what is built in, and the devices a run would find. */
+static void print_version(void) {
+  char cuda[300] = "no";
+
+#if WEFT_BENCH_CUDA
+  char why[256];
+  int ndev = bench_mem_cuda_probe(why, sizeof(why));
+  if (ndev > 0)
+    snprintf(cuda, sizeof(cuda), "yes, %d device%s", ndev, ndev > 1 ? "s" : "");
+  else
+    snprintf(cuda, sizeof(cuda), "yes, no device: %s", why);
+#endif
+  printf("weft-bench %s (mpi: %s, cuda: %s)\n", WEFT_BENCH_VERSION,
+         bench_ranks_have_mpi() ? "yes" : "no", cuda);
+}
+
 int main(int argc, char **argv) {
   struct bench_args a;
   int rc = bench_args_parse(&a, argc, argv, BENCH_ARGS_WEFT);
 
   if (rc != 0) return rc < 0 ? BENCH_EXIT_ERROR : BENCH_EXIT_OK;
   if (a.show_version) {
-    printf("weft-bench %s (mpi: %s, buffers: %s)\n", WEFT_BENCH_VERSION,
-           bench_ranks_have_mpi() ? "yes" : "no", bench_mem_select()->name);
+    print_version();
     return BENCH_EXIT_OK;
   }
+  if (bench_mem_choose(&a) != 0) return BENCH_EXIT_ERROR;
   return bench_ranks_launch(&a, proc_run);
 }
