@@ -176,3 +176,28 @@ uint32_t mix(uint32_t x) {
   x ^= x >> 16;
   return x;
 }
+
+static double combine(int op, double acc, double x) {
+  switch (op) {
+    case ncclProd: return acc * x;
+    case ncclMax: return x > acc ? x : acc;
+    case ncclMin: return x < acc ? x : acc;
+    default: return acc + x;
+  }
+}
+
+double elem_reduce(const struct dtype_info *d, int op, const double *xs, int n, double *tol) {
+  double acc = 0, abs_sum = 0;
+  for (int r = 0; r < n; r++) {
+    abs_sum += fabs(xs[r]);
+    acc = r == 0 ? xs[r] : combine(op, acc, xs[r]);
+  }
+  if (op == ncclAvg) acc = d->kind == K_FLOAT ? acc / n : trunc(acc / n);
+  /* The bound: (n+1) ulps of the mean magnitude, plus n subnormals. */
+  *tol = 0;
+  if (op == ncclAvg && d->kind == K_FLOAT) {
+    int bias = (1 << (d->ebits - 1)) - 1;
+    *tol = (n + 1) * ldexp(abs_sum / n, -d->mbits) + n * ldexp(1.0, 1 - bias - d->mbits);
+  }
+  return acc;
+}

@@ -34,4 +34,12 @@ unsigned char poison_byte(const struct dtype_info *d);
 /* A 32-bit integer hash, for inputs that differ by rank, position and case. */
 uint32_t mix(uint32_t x);
 
+/* The reference reduction of one position: xs[0..n) are the ranks' inputs
+ * in rank order (PreMulSum scalars already applied), combined under op
+ * (ops past ncclNumOps sum). ncclAvg divides, truncating for integer types.
+ * *tol gets how far a result may lie from it: 0, except for ncclAvg on
+ * floating types, which may divide before or after summing, in the type or
+ * wider. */
+double elem_reduce(const struct dtype_info *d, int op, const double *xs, int n, double *tol);
+
 #endif

@@ -525,3 +525,34 @@ char *harness_logs_take(const char *dir) {
   closedir(d);
   return all;
 }
+
+int harness_allreduce_ok(ncclComm_t comm, int nranks) {
+  float x = 1.0f;
+  HNCCL(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL));
+  HCHECK(x == (float)nranks, "all-reduce gave %g, expected %d", x, nranks);
+  return 0;
+}
+
+ncclResult_t harness_init_nonblocking(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return ncclCommInitRankConfig(comm, nranks, id, rank, &config);
+}
+
+ncclResult_t harness_poll_async(ncclComm_t comm, double timeout_s, ncclResult_t *state) {
+  double until = harness_now() + timeout_s;
+  *state = ncclInProgress;
+  while (harness_now() < until) {
+    ncclResult_t res = ncclCommGetAsyncError(comm, state);
+    if (res != ncclSuccess) return res;
+    if (*state != ncclInProgress) break;
+    harness_sleep_ms(1);
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t harness_wait_ready(ncclComm_t comm) {
+  ncclResult_t st = ncclInProgress;
+  ncclResult_t res = harness_poll_async(comm, 30, &st);
+  return res != ncclSuccess ? res : st;
+}

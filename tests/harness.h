@@ -74,6 +74,24 @@ int harness_rank(void);
                           ncclGetErrorString(hnccl_res_), ncclGetLastError(NULL));         \
   } while (0)
 
+/* A one-float sum all-reduce on comm (blocking) that must give nranks.
+ * Returns 0, or non-zero after harness_fail(), like a rank function. */
+int harness_allreduce_ok(ncclComm_t comm, int nranks);
+
+/* Starts a non-blocking (config.blocking = 0) ncclCommInitRankConfig and
+ * returns what it returned, for the caller to check. */
+ncclResult_t harness_init_nonblocking(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+
+/* Polls ncclCommGetAsyncError on comm until *state leaves ncclInProgress or
+ * timeout_s seconds pass (it is then still ncclInProgress). Returns
+ * ncclSuccess, or the first error ncclCommGetAsyncError itself returned. */
+ncclResult_t harness_poll_async(ncclComm_t comm, double timeout_s, ncclResult_t *state);
+
+/* Waits (30 s at most) for comm's state to leave ncclInProgress. Returns
+ * that state, or the error ncclCommGetAsyncError returned, or
+ * ncclInProgress on timeout: ncclSuccess only when comm is ready. */
+ncclResult_t harness_wait_ready(ncclComm_t comm);
+
 /* Sets the environment every weft test wants (host ranks, short waits)
  * unless the caller's environment says otherwise. Call first in main(),
  * before any NCCL call: weft reads its parameters once per process. */

@@ -84,15 +84,6 @@ struct table {
   double tol[PERIOD];
 };
 
-static double combine(int op, double acc, double x) {
-  switch (op) {
-    case ncclProd: return acc * x;
-    case ncclMax: return x > acc ? x : acc;
-    case ncclMin: return x < acc ? x : acc;
-    default: return acc + x;
-  }
-}
-
 static void table_build(struct table *t, const struct dtype_info *d, int op, int nranks,
                         uint32_t salt) {
   t->d = d;
@@ -100,25 +91,14 @@ static void table_build(struct table *t, const struct dtype_info *d, int op, int
   t->nranks = nranks;
   t->exact = !(op == ncclAvg && d->kind == K_FLOAT);
   for (int j = 0; j < PERIOD; j++) {
-    double acc = 0, abs_sum = 0;
+    double xs[MAX_RANKS];
     for (int r = 0; r < nranks; r++) {
-      double x = gen_value(d, op, r, j, salt);
-      elem_store(d, t->in[r] + (size_t)j * d->size, x);
-      if (op >= ncclNumOps) x *= premul_scalar(op, r);
-      abs_sum += fabs(x);
-      acc = r == 0 ? x : combine(op, acc, x);
+      xs[r] = gen_value(d, op, r, j, salt);
+      elem_store(d, t->in[r] + (size_t)j * d->size, xs[r]);
+      if (op >= ncclNumOps) xs[r] *= premul_scalar(op, r);
     }
-    if (op == ncclAvg) acc = d->kind == K_FLOAT ? acc / nranks : trunc(acc / nranks);
-    t->red[j] = acc;
-    elem_store(d, t->red_b + (size_t)j * d->size, acc);
-    /* ncclAvg on floating types may divide before or after summing, in the
-     * type or wider: (n+1) ulps of the mean magnitude, plus n subnormals. */
-    t->tol[j] = 0;
-    if (!t->exact) {
-      int bias = (1 << (d->ebits - 1)) - 1;
-      t->tol[j] = (nranks + 1) * ldexp(abs_sum / nranks, -d->mbits) +
-                  nranks * ldexp(1.0, 1 - bias - d->mbits);
-    }
+    t->red[j] = elem_reduce(d, op, xs, nranks, &t->tol[j]);
+    elem_store(d, t->red_b + (size_t)j * d->size, t->red[j]);
   }
 }
 

@@ -1,8 +1,8 @@
 /* GPU suite: on a machine with a CUDA device, a device pointer given to a
- * communicator that runs on host buffers is refused with a clear
- * ncclInvalidArgument naming the call and the buffer, and nothing runs; a
- * host-buffer all-reduce on the same communicator still works. Exits 77
- * (skip) when there is no GPU. */
+ * host rank (WEFT_DEVICE=cpu: the communicator runs on host buffers) is
+ * refused with a clear ncclInvalidArgument naming the call and the buffer,
+ * and nothing runs; a host-buffer all-reduce on the same communicator still
+ * works. Exits 77 (skip) when there is no GPU. */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -26,9 +26,9 @@ START_TEST(test_device_pointer_refused) {
   ck_assert_int_eq(ncclAllReduce(d, host, 1024, ncclFloat, ncclSum, comm, NULL),
                    ncclInvalidArgument);
   const char *msg = ncclGetLastError(comm);
-  ck_assert_msg(strstr(msg, "ncclAllReduce") && strstr(msg, "sendbuff") &&
-                    strstr(msg, "device memory"),
-                "unexpected message: %s", msg);
+  ck_assert_msg(
+      strstr(msg, "ncclAllReduce") && strstr(msg, "sendbuff") && strstr(msg, "device memory"),
+      "unexpected message: %s", msg);
   ck_assert_int_eq(ncclBroadcast(host, d, 1024, ncclFloat, 0, comm, NULL), ncclInvalidArgument);
   ck_assert_msg(strstr(ncclGetLastError(comm), "recvbuff") != NULL, "%s", ncclGetLastError(comm));
   /* Nothing was queued: a host all-reduce still gives the right answer. */
@@ -44,6 +44,8 @@ int main(void) {
     printf("no CUDA device: skipping the GPU suite\n");
     return 77;
   }
+  /* Host ranks, though a GPU is here: read once, at the first init. */
+  setenv("WEFT_DEVICE", "cpu", 1);
   Suite *s = suite_create("gpu_args");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_device_pointer_refused);

@@ -56,7 +56,9 @@ static int count_weft_shm_of(pid_t pid) {
   return n;
 }
 
-static int count_weft_shm(void) { return count_weft_shm_of(0); }
+static int count_weft_shm(void) {
+  return count_weft_shm_of(0);
+}
 
 static size_t heap_in_use(void) {
   struct mallinfo2 mi = mallinfo2();
@@ -198,30 +200,15 @@ START_TEST(test_init_all_cycles) {
 }
 END_TEST
 
-/* Polls comm until its state leaves ncclInProgress (bounded). */
-static ncclResult_t wait_ready(ncclComm_t comm) {
-  double until = harness_now() + 30;
-  ncclResult_t st = ncclInProgress;
-  while (harness_now() < until) {
-    ncclResult_t res = ncclCommGetAsyncError(comm, &st);
-    if (res != ncclSuccess) return res;
-    if (st != ncclInProgress) return st;
-    harness_sleep_ms(1);
-  }
-  return ncclInProgress;
-}
-
 static int nonblocking_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
   ncclComm_t comm = NULL;
-  ncclResult_t res = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  ncclResult_t res = harness_init_nonblocking(&comm, nranks, id, rank);
   HCHECK(res == ncclSuccess || res == ncclInProgress,
          "non-blocking ncclCommInitRankConfig -> %d (%s): %s", (int)res, ncclGetErrorString(res),
          ncclGetLastError(NULL));
   HCHECK(comm != NULL, "no communicator handle while init is in progress");
-  res = wait_ready(comm);
+  res = harness_wait_ready(comm);
   HCHECK(res == ncclSuccess, "ncclCommGetAsyncError reached %d (%s): %s", (int)res,
          ncclGetErrorString(res), ncclGetLastError(comm));
 
@@ -234,7 +221,7 @@ static int nonblocking_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   res = ncclAllReduce(buf, buf, 5, ncclInt32, ncclSum, comm, NULL);
   HCHECK(res == ncclSuccess || res == ncclInProgress, "non-blocking ncclAllReduce -> %d (%s): %s",
          (int)res, ncclGetErrorString(res), ncclGetLastError(comm));
-  res = wait_ready(comm);
+  res = harness_wait_ready(comm);
   HCHECK(res == ncclSuccess, "after ncclAllReduce: async error %d (%s): %s", (int)res,
          ncclGetErrorString(res), ncclGetLastError(comm));
   for (int i = 0; i < 5; i++)
@@ -244,7 +231,7 @@ static int nonblocking_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   HCHECK(res == ncclSuccess || res == ncclInProgress,
          "non-blocking ncclCommFinalize -> %d (%s): %s", (int)res, ncclGetErrorString(res),
          ncclGetLastError(comm));
-  res = wait_ready(comm);
+  res = harness_wait_ready(comm);
   HCHECK(res == ncclSuccess, "after ncclCommFinalize: async error %d: %s", (int)res,
          ncclGetLastError(comm));
   HNCCL(ncclCommDestroy(comm));

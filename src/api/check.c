@@ -1,12 +1,33 @@
-/* Argument checks shared by the collective and point-to-point calls. */
+/* Argument checks shared by the collective and point-to-point calls.
+ *
+ * Buffers of a rank that takes device buffers (the CUDA engine's kernels,
+ * or device buffers staged through the host engine) must be memory its GPU
+ * can use, as NCCL's kernels would: device memory of that GPU, managed
+ * memory, page-locked host memory mapped at the same address
+ * (cudaMallocHost, cudaHostRegister), or any host memory where the GPU
+ * reads pageable memory coherently (HMM or ATS). Refused: pageable host
+ * memory elsewhere, device memory of another GPU (even with peer access:
+ * the engine reads and writes buffers only from the rank's own GPU), a
+ * mapped host buffer passed by an address the GPU does not map, and a
+ * stream of another GPU. Alignment is never refused: the kernels handle
+ * any. Each refusal WARNs naming the call, the argument and what was
+ * expected, and nothing is enqueued. The CUDA queries are here, not in
+ * core/device.c, because only these checks need the answers' detail. */
 #include "api/check.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "exec/reduce.h"
+#include "weft_config.h"
+
+#if WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 /* Size and NULL checks; *empty_out: count is 0 (nothing else to check). */
 static ncclResult_t check_extent(const char *caller, const char *name, const void *p, size_t count,
@@ -20,7 +41,8 @@ static ncclResult_t check_extent(const char *caller, const char *name, const voi
   }
   if (count == 0) return ncclSuccess;
   if (p == NULL) {
-    WARN("%s: %s is NULL with count %zu", caller, name, count);
+    WARN("%s: %s is NULL with count %zu; expected a buffer of %zu %s elements", caller, name, count,
+         count * (size_t)nblocks, weft_dtype_name(datatype));
     return ncclInvalidArgument;
   }
   *empty_out = 0;
@@ -42,35 +64,138 @@ ncclResult_t weft_check_buffer(const char *caller, const char *name, const void 
   return ncclSuccess;
 }
 
+/* Whether comm's calls take device buffers and streams: the CUDA engine's
+ * kernels, or device buffers staged through the host engine. */
+static int comm_device_buffers(const struct ncclComm *comm) {
+  return !comm->host_engine || comm->staged;
+}
+
+#if WEFT_HAVE_CUDA
+#define MAX_DEVICES 64
+
+/* Per device: 0 not asked yet, 1 no, 2 yes. */
+static _Atomic int pageable_access[MAX_DEVICES];
+
+/* Whether dev's kernels read pageable host memory coherently (HMM, ATS):
+ * then malloc'd buffers are as valid as NCCL would find them. */
+static int device_reads_pageable(int dev) {
+  if (dev < 0 || dev >= MAX_DEVICES) return 0;
+  int known = atomic_load(&pageable_access[dev]);
+  if (known == 0) {
+    int yes = 0;
+    if (cudaDeviceGetAttribute(&yes, cudaDevAttrPageableMemoryAccess, dev) != cudaSuccess) {
+      cudaGetLastError();
+      yes = 0;
+    }
+    known = yes ? 2 : 1;
+    atomic_store(&pageable_access[dev], known);
+  }
+  return known == 2;
+}
+
+/* ncclInvalidArgument, with a WARN, unless comm's GPU can read and write
+ * p. */
+static ncclResult_t check_reach(const struct ncclComm *comm, const char *caller, const char *name,
+                                const void *p) {
+  int dev = comm->cuda_dev;
+  struct cudaPointerAttributes attr;
+  memset(&attr, 0, sizeof(attr));
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError(); /* CUDA before 11 said so for unregistered memory */
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  switch (attr.type) {
+    case cudaMemoryTypeManaged: return ncclSuccess;
+    case cudaMemoryTypeDevice:
+      if (attr.device == dev) return ncclSuccess;
+      WARN(
+          "%s: rank %d: %s %p is device memory of GPU %d; expected memory of GPU %d, where "
+          "the rank runs (or managed or mapped host memory)",
+          caller, comm->rank, name, p, attr.device, dev);
+      return ncclInvalidArgument;
+    case cudaMemoryTypeHost:
+      if (attr.devicePointer == p) return ncclSuccess;
+      WARN(
+          "%s: rank %d: %s %p is page-locked host memory that GPU %d maps at another address "
+          "(%p); expected that device address (cudaHostGetDevicePointer)",
+          caller, comm->rank, name, p, dev, attr.devicePointer);
+      return ncclInvalidArgument;
+    default:
+      if (device_reads_pageable(dev)) return ncclSuccess;
+      WARN(
+          "%s: rank %d: %s %p is not CUDA device memory (pageable host memory, which GPU %d "
+          "cannot reach); expected memory that GPU can use: cudaMalloc'd on it, managed "
+          "(cudaMallocManaged) or mapped host memory (cudaMallocHost, cudaHostRegister). The "
+          "rank has a CUDA device; WEFT_DEVICE=cpu runs ranks on host buffers",
+          caller, comm->rank, name, p, dev);
+      return ncclInvalidArgument;
+  }
+}
+#endif
+
 ncclResult_t weft_check_comm_buffer(const struct ncclComm *comm, const char *caller,
                                     const char *name, const void *p, size_t count,
                                     ncclDataType_t datatype, int nblocks) {
-  if (comm->host_engine) return weft_check_buffer(caller, name, p, count, datatype, nblocks);
+  if (!comm_device_buffers(comm))
+    return weft_check_buffer(caller, name, p, count, datatype, nblocks);
   int empty;
   WEFT_CHECK(check_extent(caller, name, p, count, datatype, nblocks, &empty));
   if (empty) return ncclSuccess;
-  if (!weft_device_is_device_ptr(p)) {
-    WARN("%s: %s %p is not CUDA device memory; rank %d runs on the CUDA engine "
-         "(WEFT_CUDA_ENGINE=1), which needs device buffers",
-         caller, name, p, comm->rank);
+#if WEFT_HAVE_CUDA
+  return check_reach(comm, caller, name, p);
+#else
+  return ncclSuccess; /* without CUDA no communicator takes device buffers */
+#endif
+}
+
+ncclResult_t weft_check_comm_stream(const struct ncclComm *comm, const char *caller,
+                                    cudaStream_t stream) {
+  if (!comm_device_buffers(comm)) return ncclSuccess; /* host ranks ignore the stream */
+#if WEFT_HAVE_CUDA && CUDART_VERSION >= 12080
+  /* The default streams are resolved on the rank's own device at launch. */
+  if (stream == NULL || stream == cudaStreamLegacy || stream == cudaStreamPerThread)
+    return ncclSuccess;
+  /* Asking a capturing stream may end its capture (as cudaStreamQuery
+   * would); a stream being captured was checked when it ran eagerly. */
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+    cudaGetLastError();
+    return ncclSuccess;
+  }
+  if (cap != cudaStreamCaptureStatusNone) return ncclSuccess;
+  int dev = -1;
+  if (cudaStreamGetDevice(stream, &dev) != cudaSuccess) {
+    /* Not knowable here; the launch reports a stream that is not valid. */
+    cudaGetLastError();
+    return ncclSuccess;
+  }
+  if (dev != comm->cuda_dev) {
+    WARN(
+        "%s: rank %d: stream %p belongs to GPU %d; expected a stream of GPU %d, where the rank "
+        "runs",
+        caller, comm->rank, (void *)stream, dev, comm->cuda_dev);
     return ncclInvalidArgument;
   }
+#else
+  (void)caller;
+  (void)stream; /* cudaStreamGetDevice is CUDA 12.8's: older builds cannot tell */
+#endif
   return ncclSuccess;
 }
 
 ncclResult_t weft_check_engine_supports(const struct ncclComm *comm, const char *caller,
                                         ncclDataType_t datatype, int premul_sum, int p2p) {
-  if (comm->host_engine) return ncclSuccess;
-  const char *what = p2p                           ? "send/recv (and AlltoAll, Gather, Scatter)"
-                     : premul_sum                  ? "PreMulSum reductions"
-                     : datatype == ncclFloat8e4m3 ? "the fp8 datatype ncclFloat8e4m3"
-                     : datatype == ncclFloat8e5m2 ? "the fp8 datatype ncclFloat8e5m2"
-                                                  : NULL;
-  if (what == NULL) return ncclSuccess;
-  WARN("%s: rank %d: %s: not supported by the CUDA engine (WEFT_CUDA_ENGINE=1) yet; it runs "
-       "AllReduce, AllGather, ReduceScatter, Broadcast and Reduce",
-       caller, comm->rank, what);
-  return ncclInvalidUsage;
+  /* Every engine now runs every datatype (fp8 included), PreMulSum with a
+   * host or a device scalar, and grouped send/recv (AlltoAll, Gather,
+   * Scatter): nothing is left to refuse. The check stays at every call so
+   * that a feature an engine lacks is refused here, before anything is
+   * queued, with a WARN naming the call, the rank and the feature. */
+  (void)comm;
+  (void)caller;
+  (void)datatype;
+  (void)premul_sum;
+  (void)p2p;
+  return ncclSuccess;
 }
 
 ncclResult_t weft_check_rank_arg(const char *caller, const char *name, int value,

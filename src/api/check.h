@@ -13,14 +13,24 @@ struct ncclComm;
  * space, non-NULL unless count is 0, and host memory (host ranks). */
 ncclResult_t weft_check_buffer(const char *caller, const char *name, const void *p, size_t count,
                                ncclDataType_t datatype, int nblocks);
-/* The same on comm: host ranks as above; CUDA-engine ranks (opt-in,
- * comm->host_engine == 0) need CUDA device memory instead. */
+/* The same on comm: host ranks as above; ranks that take device buffers
+ * (comm->host_engine == 0, or comm->staged) need memory their GPU can use:
+ * device memory of that GPU, managed memory, mapped host memory, or any
+ * host memory where the GPU reads pageable memory (HMM, ATS). Device
+ * memory of another GPU is refused. */
 ncclResult_t weft_check_comm_buffer(const struct ncclComm *comm, const char *caller,
                                     const char *name, const void *p, size_t count,
                                     ncclDataType_t datatype, int nblocks);
-/* CUDA-engine communicators: ncclInvalidUsage, naming it, for what that
- * engine does not run yet: fp8 (datatype) and PreMulSum (premul_sum != 0);
- * pass datatype ncclInt8 and 0 to check only for send/recv (p2p != 0). */
+/* Ranks that take device buffers: stream must belong to the rank's GPU
+ * (NULL, cudaStreamLegacy and cudaStreamPerThread always do). Host ranks
+ * ignore the stream. Needs CUDA 12.8 (cudaStreamGetDevice); older builds
+ * accept every stream. */
+ncclResult_t weft_check_comm_stream(const struct ncclComm *comm, const char *caller,
+                                    cudaStream_t stream);
+/* ncclInvalidUsage, naming it, for what comm's engine does not run: a
+ * datatype, PreMulSum (premul_sum != 0) or send/recv (p2p != 0; pass
+ * datatype ncclInt8 and 0 to check only that). Every engine runs all of
+ * them now, so it refuses nothing. */
 ncclResult_t weft_check_engine_supports(const struct ncclComm *comm, const char *caller,
                                         ncclDataType_t datatype, int premul_sum, int p2p);
 /* A rank argument (root, peer) in 0..nranks-1. */

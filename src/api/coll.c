@@ -40,6 +40,7 @@ WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t
   static const char caller[] = "ncclAllReduce";
   struct weft_redop_use use;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
@@ -54,12 +55,13 @@ WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t
   static const char caller[] = "ncclAllGather";
   size_t total;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(check_total(caller, "sendcount", sendcount, comm, &total));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, sendcount, datatype, 1));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (sendcount * nranks elements)", recvbuff, total,
-                               datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (sendcount * nranks elements)",
+                                    recvbuff, total, datatype, 1));
   struct weft_coll coll = {
       WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
   return coll_submit(comm, &coll, NULL, stream);
@@ -73,11 +75,12 @@ WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
   struct weft_redop_use use;
   size_t total;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(check_total(caller, "recvcount", recvcount, comm, &total));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (recvcount * nranks elements)", sendbuff, total,
-                               datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (recvcount * nranks elements)",
+                                    sendbuff, total, datatype, 1));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, recvcount, datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
   return coll_submit(comm, &coll, &use, stream);
@@ -90,12 +93,14 @@ WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t
                                     cudaStream_t stream) {
   static const char caller[] = "ncclBroadcast";
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (at the root)", sendbuff, count, datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (at the root)", sendbuff, count,
+                                      datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root};
   return coll_submit(comm, &coll, NULL, stream);
 }
@@ -106,6 +111,7 @@ WEFT_API ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatyp
                                 ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclBcast";
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
@@ -122,12 +128,14 @@ WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t co
   static const char caller[] = "ncclReduce";
   struct weft_redop_use use;
   WEFT_CHECK(weft_comm_check(comm, caller));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (at the root)", recvbuff, count, datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (at the root)", recvbuff, count,
+                                      datatype, 1));
   struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
   return coll_submit(comm, &coll, &use, stream);
 }

@@ -6,6 +6,7 @@
 #include "api/alias.h"
 #include "api/config.h"
 #include "api/group.h"
+#include "api/register.h"
 #include "core/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
@@ -167,9 +168,24 @@ static ncclResult_t check_comm_pointer(const char *caller, ncclComm_t comm) {
   return ncclSuccess;
 }
 
+/* What the API layer holds for comm besides the communicator: operations
+ * the calling thread's open group queued on it (they must not be launched on
+ * a freed communicator at ncclGroupEnd) and its buffer registrations. */
+static void release_api_state(const char *caller, ncclComm_t comm, int abort) {
+  size_t dropped = weft_group_forget(comm);
+  if (dropped > 0 && !abort)
+    WARN("%s: rank %d: %zu operations queued on comm %p in the open group are dropped, never run",
+         caller, comm->rank, dropped, (void *)comm);
+  else if (dropped > 0)
+    INFO(WEFT_INIT, "%s: rank %d: dropped %zu operations queued in the open group", caller,
+         comm->rank, dropped);
+  weft_register_release_comm(comm);
+}
+
 WEFT_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   WEFT_CHECK(check_comm_pointer("ncclCommDestroy", comm));
+  release_api_state("ncclCommDestroy", comm, 0);
   int healthy = atomic_load(&comm->async_error) == ncclSuccess;
   ncclResult_t res = healthy && !comm->finalized ? weft_comm_finalize(comm) : ncclSuccess;
   weft_comm_free(comm, !healthy || res != ncclSuccess);
@@ -177,9 +193,14 @@ WEFT_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 WEFT_ALIAS(ncclCommDestroy)
 
+/* Also from another thread while a call waits on comm: the abort flag ends
+ * every wait at once, the waiting call returns an error, and comm is freed
+ * only after that call has left the engine (exec/host.c). Inside a group,
+ * what the group queued on comm is dropped. */
 WEFT_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   WEFT_CHECK(check_comm_pointer("ncclCommAbort", comm));
+  release_api_state("ncclCommAbort", comm, 1);
   weft_comm_free(comm, 1);
   return ncclSuccess;
 }

@@ -9,9 +9,11 @@
  * more task, so they progress together whatever order the ranks issued them
  * in. ncclGroupSimulateEnd does the tuning only and sums its estimates.
  *
- * A communicator on the CUDA engine (comm->host_engine == 0, opt-in) gets
- * the same plans, launched on each call's stream; ncclGroupEnd then returns
- * without waiting for them (NCCL's stream semantics). */
+ * A communicator on the CUDA engine (comm->host_engine == 0) gets the same
+ * plans, launched on each call's stream; ncclGroupEnd then returns without
+ * waiting for them (NCCL's stream semantics). So does a staged one
+ * (comm->staged): its tasks go to the host engine with their copies through
+ * host memory queued on the calls' streams (exec/cuda_staged.c). */
 #include "api/group.h"
 
 #include <stdint.h>
@@ -23,6 +25,7 @@
 #include "core/comm.h"
 #include "core/param.h"
 #include "exec/cuda.h"
+#include "exec/cuda_staged.h"
 #include "exec/host.h"
 #include "exec/reduce.h"
 #include "sched/tuning.h"
@@ -61,6 +64,22 @@ ncclResult_t weft_group_add_init(struct ncclComm *comm) {
   inits = grown;
   inits[ninits++] = comm;
   return ncclSuccess;
+}
+
+size_t weft_group_forget(const struct ncclComm *comm) {
+  size_t kept = 0, dropped = 0;
+  for (size_t i = 0; i < ntasks; i++) {
+    if (tasks[i].comm == comm)
+      dropped++;
+    else
+      tasks[kept++] = tasks[i];
+  }
+  ntasks = kept;
+  kept = 0;
+  for (size_t i = 0; i < ninits; i++)
+    if (inits[i] != comm) inits[kept++] = inits[i];
+  ninits = kept;
+  return dropped;
 }
 
 /* Waits for the blocking inits of the group; non-blocking ones go on and
@@ -123,16 +142,6 @@ static size_t coll_bytes(const struct weft_coll *coll) {
 static ncclResult_t launch_cuda_coll(struct group_task *t, struct weft_tuning *tune) {
   struct ncclComm *comm = t->comm;
   const struct weft_coll *coll = &t->coll;
-  if (tune->algo == WEFT_ALGO_DIRECT) {
-    const char *forced = weft_param_str(WEFT_PARAM_ALGO);
-    if (forced != NULL) {
-      WARN("rank %d: %s: the Direct algorithm (NCCL_ALGO=%s) is not supported by the CUDA "
-           "engine yet (Ring and Tree are)",
-           comm->rank, weft_func_name(coll->func), forced);
-      return ncclInvalidUsage;
-    }
-    tune->algo = WEFT_ALGO_RING; /* chosen by size only: the ring serves as well */
-  }
   int max_ch = weft_cuda_engine_max_channels(comm);
   struct weft_sched_args args = {
       .func = coll->func,
@@ -145,13 +154,11 @@ static ncclResult_t launch_cuda_coll(struct group_task *t, struct weft_tuning *t
       .chunk_bytes = tune->chunk_bytes,
       .ring = comm->ring_order,
   };
-  struct weft_plan plan;
-  if (tune->algo == WEFT_ALGO_TREE)
-    WEFT_CHECK(weft_tree_plan(&args, &plan));
-  else
-    WEFT_CHECK(weft_ring_plan(&args, &plan));
-  ncclResult_t res = weft_cuda_engine_launch(comm, coll, &plan, t->stream);
-  weft_plan_free(&plan);
+  /* A device scalar stays a pointer: the kernel reads it when it runs. */
+  struct weft_cuda_premul premul = {.dev_ptr = t->redop.scalar_ptr};
+  memcpy(premul.value, t->redop.value, sizeof(premul.value));
+  ncclResult_t res = weft_cuda_engine_launch(comm, coll, &args, tune->algo, tune->proto,
+                                             t->redop.premul_sum ? &premul : NULL, t->stream);
   comm->op_seq++;
   return res;
 }
@@ -206,6 +213,8 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
     task.premul_scalar = t->redop.scalar_ptr ? t->redop.scalar_ptr : t->redop.value;
   }
   comm->op_seq++;
+  if (comm->staged)
+    return weft_cuda_staged_coll(comm, &task, t->redop.scalar_ptr != NULL, t->stream);
   return weft_host_engine_enqueue(comm, &task);
 }
 
@@ -214,17 +223,20 @@ static int overlaps(const void *a, size_t alen, const void *b, size_t blen) {
   return alen > 0 && blen > 0 && x < y + blen && y < x + alen;
 }
 
+/* Whether op k, a send, reads memory that a receive of the group writes. */
+static int send_overlaps_recv(void *const *bufs, const struct weft_p2p *ops, int nops, int k) {
+  for (int j = 0; j < nops; j++)
+    if (!ops[j].is_send && overlaps(bufs[k], ops[k].bytes, bufs[j], ops[j].bytes)) return 1;
+  return 0;
+}
+
 /* A send that reads a buffer a receive of the same group writes (in-place
  * AlltoAll, a send/recv pair on one buffer) would read data already
  * overwritten: such sends go from a copy taken now. */
 static ncclResult_t stage_overlapping_sends(struct weft_host_task *task, int rank) {
   for (int k = 0; k < task->nbufs; k++) {
     if (!task->p2p[k].is_send) continue;
-    int hit = 0;
-    for (int j = 0; j < task->nbufs && !hit; j++)
-      hit = !task->p2p[j].is_send &&
-            overlaps(task->bufs[k], task->p2p[k].bytes, task->bufs[j], task->p2p[j].bytes);
-    if (!hit) continue;
+    if (!send_overlaps_recv(task->bufs, task->p2p, task->nbufs, k)) continue;
     void **grown = realloc(staged, (nstaged + 1) * sizeof(*grown));
     void *copy = grown ? malloc(task->p2p[k].bytes) : NULL;
     if (grown) staged = grown;
@@ -246,8 +258,62 @@ static void free_staged(void) {
   nstaged = 0;
 }
 
+/* A staged communicator's p2p task, with each op's stream (in op order):
+ * the copies through host memory run on them. Takes the task. */
+static ncclResult_t enqueue_p2p_staged(struct ncclComm *comm, struct weft_host_task *task,
+                                       size_t first, size_t nops) {
+  void **streams = malloc(nops * sizeof(*streams));
+  if (streams == NULL) {
+    WARN("rank %d: out of memory queuing %zu grouped sends/receives", comm->rank, nops);
+    weft_host_task_free(task);
+    return ncclSystemError;
+  }
+  size_t k = 0;
+  for (size_t i = first; i < ntasks && k < nops; i++)
+    if (tasks[i].comm == comm && is_p2p(&tasks[i])) streams[k++] = tasks[i].stream;
+  ncclResult_t res = weft_cuda_staged_p2p(comm, task, streams);
+  free(streams);
+  return res;
+}
+
+/* Launches every send and receive of a CUDA-engine comm in the group as
+ * one kernel on the first call's stream (the others' streams are joined
+ * to it and back, as NCCL orders a group's streams); returns without
+ * waiting. Sends that overlap a receive go from a copy on the stream. */
+static ncclResult_t launch_cuda_p2p(struct ncclComm *comm, size_t first, size_t nops) {
+  ncclResult_t res = ncclSystemError;
+  struct weft_p2p *ops = malloc(nops * sizeof(*ops));
+  void **bufs = malloc(nops * sizeof(*bufs));
+  void **streams = malloc(nops * sizeof(*streams));
+  unsigned char *stage = calloc(nops, 1);
+  if (ops == NULL || bufs == NULL || streams == NULL || stage == NULL || nops > INT32_MAX) {
+    WARN("rank %d: cannot launch %zu grouped sends/receives (out of memory)", comm->rank, nops);
+  } else {
+    int k = 0, nstreams = 0;
+    for (size_t i = first; i < ntasks && (size_t)k < nops; i++) {
+      const struct group_task *t = &tasks[i];
+      if (t->comm != comm || !is_p2p(t)) continue;
+      int send = t->coll.func == WEFT_FUNC_SEND;
+      bufs[k] = send ? (void *)(uintptr_t)t->coll.sendbuff : t->coll.recvbuff;
+      ops[k++] = (struct weft_p2p){t->coll.root, send, coll_bytes(&t->coll)};
+      int seen = 0;
+      for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == t->stream;
+      if (!seen) streams[nstreams++] = t->stream;
+    }
+    for (int j = 0; j < k; j++) stage[j] = ops[j].is_send && send_overlaps_recv(bufs, ops, k, j);
+    struct weft_cuda_p2p p = {ops, bufs, stage, k, streams, nstreams};
+    res = weft_cuda_engine_launch_p2p(comm, &p);
+  }
+  free(ops);
+  free(bufs);
+  free(streams);
+  free(stage);
+  return res;
+}
+
 /* Queues every send and receive of comm in the group as one task. */
 static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops) {
+  if (!comm->host_engine) return launch_cuda_p2p(comm, first, nops);
   struct weft_host_task task;
   memset(&task, 0, sizeof(task));
   task.is_p2p = 1;
@@ -270,13 +336,15 @@ static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops
     task.p2p[k] = (struct weft_p2p){t->coll.root, send, coll_bytes(&t->coll)};
     k++;
   }
-  ncclResult_t res = stage_overlapping_sends(&task, comm->rank);
+  /* Staged ops each get their own staging copy: nothing to stage here. */
+  ncclResult_t res = comm->staged ? ncclSuccess : stage_overlapping_sends(&task, comm->rank);
   if (res == ncclSuccess) res = weft_p2p_plan(comm->rank, task.p2p, (int)nops, &task.plan);
   if (res != ncclSuccess) {
     free(task.bufs);
     free(task.p2p);
     WEFT_CHECK(res);
   }
+  if (comm->staged) return enqueue_p2p_staged(comm, &task, first, nops);
   return weft_host_engine_enqueue(comm, &task);
 }
 
@@ -310,8 +378,9 @@ static ncclResult_t launch_tasks(void) {
     ncclResult_t r = enqueue_comm(i);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
+  /* Staged communicators keep stream semantics: their streams wait. */
   for (size_t i = 0; i < ntasks; i++) {
-    if (comm_seen_before(i) || !tasks[i].comm->host_engine) continue;
+    if (comm_seen_before(i) || !tasks[i].comm->host_engine || tasks[i].comm->staged) continue;
     ncclResult_t r = weft_host_engine_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }

@@ -23,5 +23,8 @@ int weft_group_depth(void);
 /* A communicator created inside the group; ncclGroupEnd waits for its init
  * when its config is blocking. */
 ncclResult_t weft_group_add_init(struct ncclComm *comm);
+/* Drops everything the calling thread's open group holds for comm, which is
+ * being destroyed or aborted; returns how many operations were dropped. */
+size_t weft_group_forget(const struct ncclComm *comm);
 
 #endif

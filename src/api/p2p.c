@@ -14,9 +14,10 @@
 #include "core/device.h"
 #include "exec/reduce.h"
 
-/* Adds one send or receive (already checked) to the calling thread's group. */
+/* Adds one send or receive (already checked) to the calling thread's group;
+ * device-buffer ranks run it on stream (host ranks ignore it). */
 static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const void *buf,
-                            size_t count, ncclDataType_t datatype, int peer) {
+                            size_t count, ncclDataType_t datatype, int peer, cudaStream_t stream) {
   struct weft_coll coll = {
       .func = func,
       .sendbuff = func == WEFT_FUNC_SEND ? buf : NULL,
@@ -29,31 +30,32 @@ static ncclResult_t p2p_add(struct ncclComm *comm, enum weft_func func, const vo
   TRACE(WEFT_P2P, "%s: rank %d peer %d count %zu %s buff %p",
         func == WEFT_FUNC_SEND ? "ncclSend" : "ncclRecv", comm->rank, peer, count,
         weft_dtype_name(datatype), buf);
-  return weft_group_add(comm, &coll, NULL);
+  return weft_group_add_on(comm, &coll, NULL, (void *)stream);
 }
 
 static ncclResult_t p2p_call(const char *caller, enum weft_func func, const void *buf, size_t count,
-                             ncclDataType_t datatype, int peer, struct ncclComm *comm) {
+                             ncclDataType_t datatype, int peer, struct ncclComm *comm,
+                             cudaStream_t stream) {
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "peer", peer, comm));
-  WEFT_CHECK(weft_check_buffer(caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff", buf, count,
-                               datatype, 1));
-  return p2p_add(comm, func, buf, count, datatype, peer);
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, func == WEFT_FUNC_SEND ? "sendbuff" : "recvbuff",
+                                    buf, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
+  return p2p_add(comm, func, buf, count, datatype, peer, stream);
 }
 
 WEFT_API ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream; /* host ranks: returns when sent (in a group: at ncclGroupEnd) */
-  return p2p_call("ncclSend", WEFT_FUNC_SEND, sendbuff, count, datatype, peer, comm);
+  /* Host ranks: returns when sent (in a group: at ncclGroupEnd). */
+  return p2p_call("ncclSend", WEFT_FUNC_SEND, sendbuff, count, datatype, peer, comm, stream);
 }
 WEFT_ALIAS(ncclSend)
 
 WEFT_API ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
-  return p2p_call("ncclRecv", WEFT_FUNC_RECV, recvbuff, count, datatype, peer, comm);
+  return p2p_call("ncclRecv", WEFT_FUNC_RECV, recvbuff, count, datatype, peer, comm, stream);
 }
 WEFT_ALIAS(ncclRecv)
 
@@ -72,21 +74,21 @@ static ncclResult_t implicit_group_end(ncclResult_t res) {
 WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   static const char caller[] = "ncclAlltoAll";
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   int n = comm->nranks;
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   for (int p = 0; p < n && res == ncclSuccess; p++) {
     res = p2p_add(comm, WEFT_FUNC_SEND, block(sendbuff, (size_t)p, count, datatype), count,
-                  datatype, p);
+                  datatype, p, stream);
     if (res == ncclSuccess)
       res = p2p_add(comm, WEFT_FUNC_RECV, block(recvbuff, (size_t)p, count, datatype), count,
-                    datatype, p);
+                    datatype, p, stream);
   }
   return implicit_group_end(res);
 }
@@ -99,21 +101,21 @@ WEFT_ALIAS(ncclAlltoAll)
  * nothing. */
 static ncclResult_t rooted_blocks(struct ncclComm *comm, enum weft_func blocks_func,
                                   const void *blocks, const void *own, size_t count,
-                                  ncclDataType_t datatype, int root) {
+                                  ncclDataType_t datatype, int root, cudaStream_t stream) {
   enum weft_func own_func = blocks_func == WEFT_FUNC_RECV ? WEFT_FUNC_SEND : WEFT_FUNC_RECV;
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   if (comm->rank != root) {
-    res = p2p_add(comm, own_func, own, count, datatype, root);
+    res = p2p_add(comm, own_func, own, count, datatype, root, stream);
     return implicit_group_end(res);
   }
   int in_place = own == block(blocks, (size_t)root, count, datatype);
   for (int p = 0; p < comm->nranks && res == ncclSuccess; p++) {
     if (p == root && in_place) continue;
-    if (p == root) res = p2p_add(comm, own_func, own, count, datatype, root);
+    if (p == root) res = p2p_add(comm, own_func, own, count, datatype, root, stream);
     if (res == ncclSuccess)
-      res =
-          p2p_add(comm, blocks_func, block(blocks, (size_t)p, count, datatype), count, datatype, p);
+      res = p2p_add(comm, blocks_func, block(blocks, (size_t)p, count, datatype), count, datatype,
+                    p, stream);
   }
   return implicit_group_end(res);
 }
@@ -124,16 +126,17 @@ WEFT_API ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t co
                                  ncclDataType_t datatype, int root, ncclComm_t comm,
                                  cudaStream_t stream) {
   static const char caller[] = "ncclGather";
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;
-  WEFT_CHECK(weft_check_buffer(caller, "sendbuff", sendbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
   if (me == root)
-    WEFT_CHECK(weft_check_buffer(caller, "recvbuff (at the root)", recvbuff, count, datatype, n));
-  return rooted_blocks(comm, WEFT_FUNC_RECV, recvbuff, sendbuff, count, datatype, root);
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (at the root)", recvbuff, count,
+                                      datatype, n));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
+  return rooted_blocks(comm, WEFT_FUNC_RECV, recvbuff, sendbuff, count, datatype, root, stream);
 }
 WEFT_ALIAS(ncclGather)
 
@@ -143,15 +146,16 @@ WEFT_API ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t c
                                   ncclDataType_t datatype, int root, ncclComm_t comm,
                                   cudaStream_t stream) {
   static const char caller[] = "ncclScatter";
-  (void)stream;
   WEFT_CHECK(weft_comm_check(comm, caller));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, ncclInt8, 0, 1));
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   int n = comm->nranks, me = comm->rank;
-  WEFT_CHECK(weft_check_buffer(caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
   if (me == root)
-    WEFT_CHECK(weft_check_buffer(caller, "sendbuff (at the root)", sendbuff, count, datatype, n));
-  return rooted_blocks(comm, WEFT_FUNC_SEND, sendbuff, recvbuff, count, datatype, root);
+    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (at the root)", sendbuff, count,
+                                      datatype, n));
+  WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
+  return rooted_blocks(comm, WEFT_FUNC_SEND, sendbuff, recvbuff, count, datatype, root, stream);
 }
 WEFT_ALIAS(ncclScatter)

@@ -2,7 +2,11 @@
  *
  * A program that calls one of these gets ncclInvalidUsage and one WARN naming
  * the call (also what ncclGetLastError returns), instead of failing to link
- * or load. When a call gets a real implementation, delete its line here. */
+ * or load. When a call gets a real implementation, delete its line here.
+ *
+ * The device API (ncclDevCommCreate/Destroy) stays here on purpose: it hands
+ * CUDA kernels NCCL's own device-side structures (LSA/GIN windows, barriers),
+ * which weft's engines do not have. */
 #include "nccl.h"
 
 #include "api/alias.h"
@@ -13,50 +17,45 @@
  * to them, so they are exported; their argument types are opaque here. */
 struct ncclDevComm;
 struct ncclDevCommRequirements;
-ncclResult_t ncclDevCommCreate(ncclComm_t comm,
-                               const struct ncclDevCommRequirements *reqs,
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
                                struct ncclDevComm *outDevComm);
-ncclResult_t ncclDevCommDestroy(ncclComm_t comm,
-                                const struct ncclDevComm *devComm);
-ncclResult_t pncclDevCommCreate(ncclComm_t comm,
-                                const struct ncclDevCommRequirements *reqs,
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm);
+ncclResult_t pncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
                                 struct ncclDevComm *outDevComm);
-ncclResult_t pncclDevCommDestroy(ncclComm_t comm,
-                                 const struct ncclDevComm *devComm);
+ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm);
 
 /* The stubs ignore their arguments by design. */
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 
-#define WEFT_UNSUPPORTED(fn, params)                                           \
-  WEFT_API ncclResult_t fn params {                                            \
-    weft_log_unsupported(#fn);                                                 \
-    return ncclInvalidUsage;                                                   \
-  }                                                                            \
+#define WEFT_UNSUPPORTED(fn, params) \
+  WEFT_API ncclResult_t fn params {  \
+    weft_log_unsupported(#fn);       \
+    return ncclInvalidUsage;         \
+  }                                  \
   WEFT_ALIAS(fn)
 
-/* Memory */
-WEFT_UNSUPPORTED(ncclMemAlloc, (void **ptr, size_t size))
-WEFT_UNSUPPORTED(ncclMemFree, (void *ptr))
-WEFT_UNSUPPORTED(ncclCommRegister, (const ncclComm_t comm, void *buff,
-                                    size_t size, void **handle))
-WEFT_UNSUPPORTED(ncclCommDeregister, (const ncclComm_t comm, void *handle))
-WEFT_UNSUPPORTED(ncclCommWindowRegister, (ncclComm_t comm, void *buff,
-                                          size_t size, ncclWindow_t *win,
-                                          int winFlags))
-WEFT_UNSUPPORTED(ncclCommWindowDeregister, (ncclComm_t comm, ncclWindow_t win))
-
 /* Communicator lifecycle */
-WEFT_UNSUPPORTED(ncclCommInitRankScalable,
-                 (ncclComm_t *newcomm, int nranks, int myrank, int nId,
-                  ncclUniqueId *commIds, ncclConfig_t *config))
-WEFT_UNSUPPORTED(ncclCommShrink, (ncclComm_t comm, int *excludeRanksList,
-                                  int excludeRanksCount, ncclComm_t *newcomm,
-                                  ncclConfig_t *config, int shrinkFlags))
+/* clang-format would read "ncclComm_t *newcomm" below as a multiplication. */
+/* clang-format off */
+WEFT_UNSUPPORTED(ncclCommInitRankScalable, (ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                            ncclUniqueId *commIds, ncclConfig_t *config))
+/* clang-format on */
 WEFT_UNSUPPORTED(ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 
-/* Device API */
-WEFT_UNSUPPORTED(ncclDevCommCreate,
-                 (ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
-                  struct ncclDevComm *outDevComm))
-WEFT_UNSUPPORTED(ncclDevCommDestroy,
-                 (ncclComm_t comm, const struct ncclDevComm *devComm))
+/* Device API: said plainly, since "yet" would promise it. */
+WEFT_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
+                                        struct ncclDevComm *outDevComm) {
+  WARN(
+      "ncclDevCommCreate is not supported by weft: NCCL's device API (nccl_device.h, kernels "
+      "that communicate from device code) has no weft equivalent; use the host calls");
+  return ncclInvalidUsage;
+}
+WEFT_ALIAS(ncclDevCommCreate)
+
+WEFT_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devComm) {
+  WARN(
+      "ncclDevCommDestroy is not supported by weft: NCCL's device API (nccl_device.h) has no "
+      "weft equivalent, so there is no device communicator to destroy");
+  return ncclInvalidUsage;
+}
+WEFT_ALIAS(ncclDevCommDestroy)

@@ -15,10 +15,11 @@
 #include "core/device.h"
 #include "core/param.h"
 #include "exec/cuda.h"
+#include "exec/cuda_staged.h"
 #include "exec/host.h"
 #include "weft_config.h"
 
-ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
+ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *caller) {
   if (comm == NULL) {
     WARN("%s: comm is NULL", caller);
     return ncclInvalidArgument;
@@ -28,13 +29,28 @@ ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
          (const void *)comm);
     return ncclInvalidArgument;
   }
+  return ncclSuccess;
+}
+
+/* Still initializing: ncclInvalidUsage with a WARN; else ncclSuccess and
+ * the communicator's error state in *err_out. */
+ncclResult_t weft_comm_check_ready(const struct ncclComm *comm, const char *caller, int *err_out) {
+  WEFT_CHECK(weft_comm_check_live(comm, caller));
   int err = atomic_load(&comm->async_error);
   if (err == ncclInProgress) {
-    WARN("%s: comm %p is still initializing; wait until ncclCommGetAsyncError returns "
-         "ncclSuccess",
-         caller, (const void *)comm);
+    WARN(
+        "%s: comm %p is still initializing; wait until ncclCommGetAsyncError returns "
+        "ncclSuccess",
+        caller, (const void *)comm);
     return ncclInvalidUsage;
   }
+  *err_out = err;
+  return ncclSuccess;
+}
+
+ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
+  int err;
+  WEFT_CHECK(weft_comm_check_ready(comm, caller, &err));
   if (err != ncclSuccess) {
     WARN("%s: comm %p (rank %d) has failed earlier with error %d; abort or destroy it", caller,
          (const void *)comm, comm->rank, err);
@@ -94,6 +110,7 @@ static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
 
 static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id) {
   weft_log_set_rank(comm->rank);
+  weft_device_select(comm->cuda_dev); /* a non-blocking init runs on its own thread */
   weft_param_print_all();
   WEFT_CHECK(weft_bootstrap_create(id, comm->rank, comm->nranks, &comm->bootstrap));
   WEFT_CHECK(exchange_peer_info(comm));
@@ -101,15 +118,22 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   WEFT_CHECK(weft_comm_topo_decide(comm));
   /* Data links are made when the first task needs them (core/connect.c),
    * so init costs no connections. */
-  if (weft_cuda_engine_wanted(comm)) {
+  enum weft_cuda_path path;
+  WEFT_CHECK(weft_cuda_engine_choose(comm, &path));
+  if (path == WEFT_CUDA_PATH_KERNEL) {
     WEFT_CHECK(weft_cuda_engine_create(comm));
     comm->host_engine = 0;
   } else {
     WEFT_CHECK(weft_host_engine_create(comm));
+    if (path == WEFT_CUDA_PATH_STAGED) WEFT_CHECK(weft_cuda_staged_create(comm));
+    comm->staged = path == WEFT_CUDA_PATH_STAGED;
   }
   INFO(WEFT_INIT, "comm %p rank %d nranks %d cudaDev %d engine %s commId 0x%llx - Init COMPLETE",
        (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
-       comm->host_engine ? "host" : "cuda", (unsigned long long)comm->comm_hash);
+       comm->staged        ? "staged"
+       : comm->host_engine ? "host"
+                           : "cuda",
+       (unsigned long long)comm->comm_hash);
   return ncclSuccess;
 }
 
@@ -146,7 +170,7 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->nranks = nranks;
   comm->config = *config;
   comm->cuda_dev = weft_device_current();
-  comm->host_engine = 1; /* the CUDA engine is opt-in: chosen after the peer exchange */
+  comm->host_engine = 1; /* until the peer exchange shows the CUDA engine can serve */
   comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
   atomic_init(&comm->async_error, ncclInProgress);
   atomic_init(&comm->abort_flag, 0);
@@ -205,7 +229,8 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   }
   if (abort) atomic_store(&comm->abort_flag, 1);
   if (comm->host != NULL) weft_host_engine_destroy(comm);
-  weft_cuda_engine_destroy(comm);
+  weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
+  weft_cuda_engine_destroy(comm, abort);
   weft_comm_disconnect(comm);
   weft_bootstrap_destroy(comm->bootstrap);
   free(comm->peers);

@@ -32,15 +32,17 @@ struct weft_channel_conns;
 struct weft_bootstrap;
 struct weft_host_engine;
 struct weft_cuda_engine;
+struct weft_cuda_staged;
 struct weft_redop;
 
 struct ncclComm {
   uint64_t magic;
   int rank;
   int nranks;
-  int cuda_dev; /* the device the rank was created on; -1 when none */
-  int host_engine; /* 1: collectives run on host buffers; 0: the CUDA engine */
-  uint64_t comm_hash; /* names this communicator in logs and shm */
+  int cuda_dev;        /* the device the rank was created on; -1 when none */
+  int host_engine;     /* 1: the host engine runs collectives; 0: the CUDA engine's kernels do */
+  int staged;          /* host engine on device buffers staged through host memory */
+  uint64_t comm_hash;  /* names this communicator in logs and shm */
   ncclConfig_t config; /* normalised: every field defined */
 
   struct weft_bootstrap *bootstrap;
@@ -55,8 +57,10 @@ struct ncclComm {
   int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
   struct weft_host_engine *host;
-  /* host_engine == 0: device FIFOs shared with the process's other ranks. */
+  /* host_engine == 0: this rank's inbox, links and cached plans. */
   struct weft_cuda_engine *cuda;
+  /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
+  struct weft_cuda_staged *staged_state;
 
   /* PreMulSum operators (api/redop.c): op ncclNumOps + i is redops[i]. */
   struct weft_redop *redops;
@@ -84,6 +88,10 @@ struct ncclComm {
   int init_thread_live;
 };
 
+/* comm is not NULL and not destroyed; WARNs naming `caller` if not. */
+ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *caller);
+/* Live and done initializing (*err_out: its error state, maybe failed). */
+ncclResult_t weft_comm_check_ready(const struct ncclComm *comm, const char *caller, int *err_out);
 /* Checks that comm is a live communicator; WARNs naming `caller` if not. */
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller);
 

@@ -38,7 +38,9 @@ int weft_device_current(void) {
 
 int weft_device_is_device_ptr(const void *p) {
 #if WEFT_HAVE_CUDA
-  if (p == NULL || cpu_forced()) return 0;
+  /* Asked even of host ranks (WEFT_DEVICE=cpu): a device pointer handed to
+   * the host engine must be refused, not dereferenced. */
+  if (p == NULL) return 0;
   struct cudaPointerAttributes attr;
   memset(&attr, 0, sizeof(attr));
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {

@@ -28,9 +28,8 @@
     "0: skip it for the lowest latency (a mismatch then times out or corrupts)")           \
   X(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", 1, "fewest channels a collective uses")         \
   X(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", 2, "most channels a collective uses")          \
-  X(CUDA_ENGINE, "WEFT_CUDA_ENGINE", 0,                                                   \
-    "1: communicators whose ranks are all in this process on one GPU run collectives "   \
-    "on device buffers with the CUDA kernels (opt-in, first slice)")
+  X(CUDA_ENGINE, "WEFT_CUDA_ENGINE", 1,                                                   \
+    "0: never run CUDA kernels; device buffers are staged through host memory")
 
 /* X(id, env name, default, help) for string parameters (NULL: unset). */
 #define WEFT_STR_PARAMS(X)                                                          \

@@ -1,8 +1,8 @@
 /* The CUDA engine as host C sees it: plain structs and extern "C" launch
- * functions (the kernels live in plan_exec.cu). This first slice runs one
- * rank's plan (src/sched/schedule.h) on device buffers, with device-memory
- * FIFO connections between ranks that share one GPU in one process. The
- * library drives it from src/exec/cuda.c (opt-in: WEFT_CUDA_ENGINE=1). */
+ * functions. conns.cu holds connections and plans in device memory,
+ * plan_exec.cu the kernel that runs one rank's plan (src/sched/schedule.h)
+ * on device buffers; reduce.cuh and prims.cuh are its pieces. The library
+ * drives it from src/exec/cuda.c. */
 #ifndef WEFT_DEVICE_DEVICE_H
 #define WEFT_DEVICE_DEVICE_H
 
@@ -21,22 +21,79 @@ extern "C" {
 /* Simple protocol defaults: slots per connection and bytes per slot. */
 #define WEFT_DEV_NSLOTS 8
 #define WEFT_DEV_SLOT_BYTES (128u << 10)
+/* Counter words per connection: head at 0, tail at 16 (128 bytes apart). */
+#define WEFT_DEV_CTRL_WORDS 32
+/* LL protocol slots (src/device/proto_ll.cuh): nslots per connection too,
+ * each of 16-byte lines that carry 8 bytes of data, so half is payload. */
+#define WEFT_DEV_LL_SLOT_BYTES (32u << 10)
 
-/* Every connection among nranks ranks on nchannels channels, in device
- * memory: the (src, dst, channel) FIFO has nslots slots of slot_bytes and
- * two 64-bit counters, head (slots consumed, written by the receiver) and
- * tail (slots filled, written by the sender), each on its own 128 bytes.
- * error is nonzero once a wait timed out (it names the waiting rank). */
-struct weft_dev_conns {
+/* One direction of one connection, as a kernel sees it: nslots slots of
+ * slot_bytes, nslots LL slots of ll_slot_bytes, and two 64-bit counters,
+ * head (slots consumed, written by the receiver) and tail (slots filled,
+ * written by the sender), counting the slots of both protocols. They live
+ * in the receiver's memory; the sender reaches them by a pointer that is
+ * its own (same process), a peer pointer (another GPU of this process) or
+ * a CUDA IPC mapping (another process). */
+struct weft_dev_link {
+  char *slots;
+  uint64_t *head;
+  uint64_t *tail;
+  char *ll; /* LL slots: only LL ever writes them, so no stale flag is data */
+};
+
+/* A rank's inbox: the FIFOs its peers send to, in its own device memory,
+ * one allocation so one IPC handle shares all of it. Layout: counters
+ * [src][channel][WEFT_DEV_CTRL_WORDS], one error word, LL slots
+ * [src][channel][nslots][ll_slot_bytes] (zeroed: flag 0 is never
+ * expected), then slots [src][channel][nslots][slot_bytes]. */
+struct weft_dev_inbox {
+  void *base;
+  size_t bytes;
   int nranks;
   int nchannels;
   int nslots;
   size_t slot_bytes;
-  char *slots;         /* device: [src][dst][channel][slot][slot_bytes] */
-  uint64_t *ctrl;      /* device: [src][dst][channel][32]: head at 0, tail at 16 */
-  uint64_t *error;     /* device: one word */
+  size_t ll_slot_bytes;
+};
+
+/* What one rank's kernels use: its send and receive links, indexed
+ * [peer * nchannels + channel], as device arrays, and its error word
+ * (nonzero once one of its waits timed out: the rank + 1). */
+struct weft_dev_conns {
+  int rank;
+  int nranks;
+  int nchannels;
+  int nslots;
+  size_t slot_bytes;
+  size_t ll_slot_bytes;
+  struct weft_dev_link *send; /* device array */
+  struct weft_dev_link *recv; /* device array */
+  /* Device address of the error word: by default in the rank's inbox; the
+   * engine points it at host-mapped memory so the host reads it freely. */
+  uint64_t *error;
+  /* Host-mapped word, nonzero once ncclCommAbort was called: every wait
+   * gives up. NULL: none. */
+  const volatile uint32_t *abort;
   uint64_t timeout_ns; /* bound on every wait (0: 10 s) */
 };
+
+/* Allocates and zeroes an inbox on the current device. */
+ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, struct weft_dev_inbox *out);
+void weft_dev_inbox_destroy(struct weft_dev_inbox *inbox);
+/* The link from src into the inbox laid out as `layout` and mapped at base
+ * (the owner's own address, or this process's mapping of it). */
+struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox *layout, void *base, int src,
+                                         int channel);
+
+/* Builds rank's tables: recv from mine, send through peer_bases[p] (this
+ * process's address of peer p's inbox, laid out as mine; unused for p ==
+ * rank, where mine is used). */
+ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine, void *const *peer_bases,
+                                  int rank, struct weft_dev_conns *out);
+void weft_dev_conns_destroy(struct weft_dev_conns *conns);
+/* Reads the error word on stream (waits for that stream only). */
+ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, cudaStream_t stream,
+                                  int *failed_out, int *rank_out);
 
 /* One lane of a device plan: its steps are steps[first .. first+nsteps). */
 struct weft_dev_lane {
@@ -47,21 +104,18 @@ struct weft_dev_lane {
   int32_t pad;
 };
 
-/* A plan copied to the device: lanes and steps in one flat allocation. */
+/* A plan copied to the device: lanes and steps in one flat allocation.
+ * proto (enum weft_proto, Simple after upload) is the protocol its launches
+ * use; the caller sets it, and every rank of a launch must set the same. */
 struct weft_dev_plan {
   int nlanes;
+  int proto;
   size_t nsteps;
   void *mem; /* device: lanes, then steps, then scratch */
   struct weft_dev_lane *lanes;
   struct weft_step *steps;
   char *scratch;
 };
-
-ncclResult_t weft_dev_conns_create(int nranks, int nchannels, struct weft_dev_conns *out);
-void weft_dev_conns_destroy(struct weft_dev_conns *conns);
-/* Nonzero when a wait timed out since creation; *rank_out: the rank. */
-ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, int *failed_out,
-                                  int *rank_out);
 
 /* Copies a host plan to the device (ordered on stream; the host plan may
  * be freed when this returns). */
@@ -71,14 +125,68 @@ void weft_dev_plan_free(struct weft_dev_plan *plan);
 /* Frees a plan in stream order (after work already queued on stream). */
 void weft_dev_plan_free_async(struct weft_dev_plan *plan, cudaStream_t stream);
 
-/* Launches rank's plan on stream: one CTA per lane. bufs[0] is the send
- * buffer (WEFT_BUF_IN), bufs[1] the receive buffer (WEFT_BUF_OUT). Ranks
- * that exchange data must run concurrently (their kernels spin on each
- * other's counters). */
+/* Launches conns->rank's plan on stream: one CTA per lane. bufs[0] is the
+ * send buffer (WEFT_BUF_IN), bufs[1] the receive buffer (WEFT_BUF_OUT).
+ * Ranks that exchange data must run concurrently (their kernels spin on
+ * each other's counters). */
 ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
-                                  const struct weft_dev_conns *conns, int rank,
-                                  const void *sendbuff, void *recvbuff, ncclDataType_t datatype,
-                                  ncclRedOp_t op, cudaStream_t stream);
+                                  const struct weft_dev_conns *conns, const void *sendbuff,
+                                  void *recvbuff, ncclDataType_t datatype, ncclRedOp_t op,
+                                  cudaStream_t stream);
+
+/* Why a rank's error word was set: its value is the rank + 1 in bits
+ * 0..31, the peer involved + 1 in bits 32..55 (0: none known) and one of
+ * these in bits 56..63. A timeout writes the rank + 1 alone. */
+enum weft_dev_error {
+  WEFT_DEV_ERR_TIMEOUT = 0,  /* a wait passed conns.timeout_ns */
+  WEFT_DEV_ERR_P2P_SIZE = 1, /* a send's byte count differs from the receive's */
+  WEFT_DEV_ERR_P2P_STEP = 2, /* a receive found no send header: the ranks are out of step */
+};
+#define WEFT_DEV_ERROR_WORD(reason, rank, peer)                                \
+  (((uint64_t)(reason) << 56) | (((uint64_t)((peer) + 1) & 0xffffffu) << 32) | \
+   (uint64_t)(uint32_t)((rank) + 1))
+#define WEFT_DEV_ERROR_REASON(word) ((int)((word) >> 56))
+#define WEFT_DEV_ERROR_RANK(word) ((int)((uint32_t)(word)) - 1)
+#define WEFT_DEV_ERROR_PEER(word) ((int)(((word) >> 32) & 0xffffffu) - 1)
+
+/* PreMulSum's scalar, of the collective's datatype: a device pointer read
+ * by the kernel when it runs (ncclScalarDevice), or the value captured when
+ * the operator was made (ncclScalarHostImmediate; ptr NULL). */
+struct weft_dev_scalar {
+  const void *ptr;
+  unsigned char value[8];
+};
+
+/* dst = src * scalar over count elements of datatype, on stream: the first
+ * half of PreMulSum, as weft_scale_host (integers wrap, narrow floats are
+ * widened to float and rounded once). dst may equal src. */
+ncclResult_t weft_dev_scale(void *dst, const void *src, size_t count, ncclDataType_t datatype,
+                            const struct weft_dev_scalar *scalar, cudaStream_t stream);
+
+/* The Direct algorithm's second half, queued on stream right after its
+ * plan (weft_direct_plan) ran there: recvbuff = the ranks' inputs reduced
+ * in rank order (rank 0 op rank 1, then op rank 2, ...), the arrivals read
+ * from the plan's lane scratch and this rank's own from sendbuff, then
+ * avg's divide. Every rank computes the same operations in the same order,
+ * so every rank gets the same bits. sendbuff may equal recvbuff. */
+ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank, int nranks,
+                                    const void *sendbuff, void *recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream);
+
+/* Buffers of a grouped send/recv launch passed in the kernel's parameters;
+ * past this many they go to a device table filled in stream order. */
+#define WEFT_DEV_P2P_INLINE 64
+
+/* Launches a grouped send/recv plan (weft_p2p_plan) on stream: one CTA per
+ * peer. bufs[i] is the buffer of the plan's i-th op (nbufs of them); any
+ * count works, and the table is captured by value (kernel parameters, or a
+ * stream-ordered allocation filled by kernels), so CUDA graph capture
+ * records it. Each send travels behind a 16-byte header carrying its byte
+ * count; a receive whose posted count differs copies nothing and sets the
+ * error word (WEFT_DEV_ERR_P2P_SIZE), so no buffer is ever overrun. */
+ncclResult_t weft_dev_p2p_launch(const struct weft_dev_plan *plan,
+                                 const struct weft_dev_conns *conns, void *const *bufs, int nbufs,
+                                 cudaStream_t stream);
 
 #ifdef __cplusplus
 }

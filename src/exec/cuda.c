@@ -1,160 +1,576 @@
-/* The CUDA engine, opt-in (WEFT_CUDA_ENGINE=1): see exec/cuda.h and
- * docs/CUDA.md. Device FIFOs are per communicator, not per rank: the ranks
- * of one process find them in a registry keyed by the communicator hash. */
+/* The CUDA engine: see exec/cuda.h and docs/CUDA.md. Each rank owns an
+ * inbox (the FIFOs its peers write into); at init the ranks exchange where
+ * theirs are (a pointer, or a CUDA IPC handle for another process) and each
+ * builds its link tables. Plans go to the device once per shape and stay
+ * cached, so a launch is one kernel on the caller's stream. */
 #include "exec/cuda.h"
 
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/param.h"
+#include "exec/reduce.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
+#include "core/bootstrap.h"
 #include "core/device.h"
 #include "device/device.h"
 
-/* One communicator's FIFOs, shared by its ranks in this process. */
-struct weft_cuda_engine {
-  struct weft_cuda_engine *next;
-  uint64_t comm_hash;
-  int nranks;
-  int refs;
-  int dev;
-  struct weft_dev_conns conns;
-  cudaStream_t poll; /* non-blocking: reads the error word beside running kernels */
+/* CUDA maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
+ * queues (8 by default); two streams on one queue run in order. Ranks
+ * sharing a GPU each have a stream and a side stream, and their kernels
+ * spin on each other, so with more streams than queues a kernel (or a plan
+ * upload) can sit behind one that waits for it. The variable is read when
+ * the context is created, which in most programs is after this library is
+ * loaded; a value the user set is kept. */
+__attribute__((constructor)) static void cuda_more_queues(void) {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+/* Device plans kept per communicator; past this the least recently used
+ * one is freed in stream order (plans recorded into a CUDA graph stay). */
+#define PLAN_CACHE_MAX 128
+
+/* A collective's shape; for grouped send/recv func is WEFT_FUNC_SEND,
+ * count the number of ops and ops_hash a hash of their list (the entry
+ * keeps the list itself, compared on a hash match). */
+struct plan_key {
+  int func, algo, proto, nchannels, root;
+  size_t count, elem_size, chunk_bytes;
+  uint64_t ops_hash;
 };
 
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct weft_cuda_engine *registry;
+struct plan_entry {
+  struct plan_key key;
+  struct weft_p2p *ops; /* send/recv plans: key.count ops (owned); else NULL */
+  struct weft_dev_plan plan;
+  uint64_t used; /* launch number of its last use */
+  int in_graph;  /* launched during a stream capture: kept until destroy */
+};
 
-int weft_cuda_engine_wanted(const struct ncclComm *comm) {
-  if (weft_param_int(WEFT_PARAM_CUDA_ENGINE) != 1) return 0;
-  int pid = (int)getpid();
-  for (int r = 0; r < comm->nranks; r++) {
-    const struct weft_peer_info *p = &comm->peers[r];
-    if (p->pid != pid || p->host_hash != comm->peers[comm->rank].host_hash || p->cuda_dev < 0 ||
-        p->cuda_dev != comm->cuda_dev) {
-      INFO(WEFT_INIT,
-           "rank %d: WEFT_CUDA_ENGINE=1 but rank %d is %s; this communicator stays on the host "
-           "engine (the CUDA engine serves ranks of one process on one GPU)",
-           comm->rank, r,
-           p->pid != pid ? "in another process"
-           : p->cuda_dev < 0 ? "a host rank"
-                             : "on another GPU");
-      return 0;
-    }
-  }
-  return 1;
-}
+/* What a rank tells its peers about its inbox. */
+struct inbox_card {
+  int pid;
+  int dev;
+  void *base;
+  cudaIpcMemHandle_t handle;
+};
+
+struct weft_cuda_engine {
+  int dev;
+  struct weft_dev_inbox inbox;
+  void **peer_bases;     /* nranks: this process's address of each peer's inbox */
+  unsigned char *opened; /* nranks: peer_bases[p] is a CUDA IPC mapping */
+  struct weft_dev_conns conns;
+  /* Host-mapped words: [0] abort (kernels give up when it is set), [1]
+   * error (a kernel's wait timed out: the rank + 1). */
+  uint64_t *flags;
+  cudaStream_t side; /* non-blocking: plan uploads and error reads */
+  cudaEvent_t last;  /* recorded after each launch: destroy waits for it */
+  cudaEvent_t join;  /* orders the streams of a group's sends and receives */
+  struct plan_entry *plans;
+  int nplans;
+  uint64_t launches;
+};
+
+#define CUDA_GOTO(comm, call, what, label)                                                \
+  do {                                                                                    \
+    cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      WARN("rank %d: CUDA engine: %s: %s", (comm)->rank, (what), cudaGetErrorString(e_)); \
+      res = ncclUnhandledCudaError;                                                       \
+      goto label;                                                                         \
+    }                                                                                     \
+  } while (0)
 
 int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   return comm->cuda != NULL ? comm->cuda->conns.nchannels / 2 : 1;
 }
 
+/* Maps every peer's inbox into this process. */
+static ncclResult_t map_peers(struct ncclComm *comm, struct weft_cuda_engine *e) {
+  ncclResult_t res = ncclSuccess;
+  struct inbox_card *cards = calloc((size_t)comm->nranks, sizeof(*cards));
+  if (cards == NULL) {
+    WARN("rank %d: out of memory exchanging CUDA inboxes", comm->rank);
+    return ncclSystemError;
+  }
+  struct inbox_card *me = &cards[comm->rank];
+  me->pid = (int)getpid();
+  me->dev = e->dev;
+  me->base = e->inbox.base;
+  CUDA_GOTO(comm, cudaIpcGetMemHandle(&me->handle, e->inbox.base), "cudaIpcGetMemHandle", out);
+  res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+  if (res != ncclSuccess) goto out;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    const struct inbox_card *c = &cards[p];
+    if (c->pid == me->pid) {
+      if (c->dev != e->dev) {
+        cudaError_t err = cudaDeviceEnablePeerAccess(c->dev, 0);
+        if (err == cudaErrorPeerAccessAlreadyEnabled)
+          (void)cudaGetLastError();
+        else
+          CUDA_GOTO(comm, err, "cudaDeviceEnablePeerAccess", out);
+      }
+      e->peer_bases[p] = c->base;
+      continue;
+    }
+    CUDA_GOTO(comm,
+              cudaIpcOpenMemHandle(&e->peer_bases[p], c->handle, cudaIpcMemLazyEnablePeerAccess),
+              "cudaIpcOpenMemHandle of a peer's inbox", out);
+    e->opened[p] = 1;
+  }
+out:
+  free(cards);
+  return res;
+}
+
+static void engine_free(struct weft_cuda_engine *e, int nranks) {
+  for (int p = 0; p < nranks && e->opened != NULL; p++)
+    if (e->opened[p]) cudaIpcCloseMemHandle(e->peer_bases[p]);
+  weft_dev_conns_destroy(&e->conns);
+  for (int i = 0; i < e->nplans; i++) {
+    weft_dev_plan_free(&e->plans[i].plan);
+    free(e->plans[i].ops);
+  }
+  weft_dev_inbox_destroy(&e->inbox);
+  if (e->flags != NULL) cudaFreeHost(e->flags);
+  if (e->side != NULL) cudaStreamDestroy(e->side);
+  if (e->last != NULL) cudaEventDestroy(e->last);
+  if (e->join != NULL) cudaEventDestroy(e->join);
+  free(e->plans);
+  free(e->peer_bases);
+  free(e->opened);
+  free(e);
+}
+
+/* The engine's stream-ordered allocations (plans, PreMulSum inputs, p2p
+ * tables) come from the device's default pool. By default the pool may hand
+ * one stream memory another stream freed by making the first wait for the
+ * second. With ranks' kernels spinning on each other that wait can be a
+ * deadlock (rank A's allocation waits for rank B's kernel, which waits for
+ * rank A's), so reuse is limited to frees the stream already follows. */
+static cudaError_t pool_no_hidden_waits(int dev) {
+  cudaMemPool_t pool;
+  int off = 0;
+  cudaError_t err = cudaDeviceGetDefaultMemPool(&pool, dev);
+  if (err == cudaSuccess)
+    err = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off);
+  if (err == cudaSuccess)
+    err = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &off);
+  return err;
+}
+
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
+  ncclResult_t res = ncclSuccess;
   int64_t nch = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
   if (nch < 1) nch = 1;
   if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
-  ncclResult_t res = ncclSuccess;
-  pthread_mutex_lock(&registry_lock);
-  struct weft_cuda_engine *e = registry;
-  while (e != NULL && !(e->comm_hash == comm->comm_hash && e->nranks == comm->nranks)) e = e->next;
-  if (e == NULL) {
-    e = calloc(1, sizeof(*e));
-    if (e == NULL) {
-      WARN("rank %d: out of memory for the CUDA engine", comm->rank);
-      res = ncclSystemError;
-      goto out;
-    }
-    weft_device_select(comm->cuda_dev);
-    res = weft_dev_conns_create(comm->nranks, (int)nch * 2, &e->conns);
-    if (res != ncclSuccess) {
-      free(e);
-      goto out;
-    }
-    cudaError_t err = cudaStreamCreateWithFlags(&e->poll, cudaStreamNonBlocking);
-    if (err != cudaSuccess) {
-      WARN("rank %d: CUDA engine: cudaStreamCreateWithFlags: %s", comm->rank,
-           cudaGetErrorString(err));
-      weft_dev_conns_destroy(&e->conns);
-      free(e);
-      res = ncclUnhandledCudaError;
-      goto out;
-    }
-    e->comm_hash = comm->comm_hash;
-    e->nranks = comm->nranks;
-    e->dev = comm->cuda_dev;
-    e->next = registry;
-    registry = e;
+  struct weft_cuda_engine *e = calloc(1, sizeof(*e));
+  if (e != NULL) {
+    e->peer_bases = calloc((size_t)comm->nranks, sizeof(*e->peer_bases));
+    e->opened = calloc((size_t)comm->nranks, 1);
+    e->plans = calloc(PLAN_CACHE_MAX, sizeof(*e->plans));
   }
-  e->refs++;
+  if (e == NULL || e->peer_bases == NULL || e->opened == NULL || e->plans == NULL) {
+    WARN("rank %d: out of memory for the CUDA engine", comm->rank);
+    if (e != NULL) engine_free(e, comm->nranks);
+    return ncclSystemError;
+  }
+  e->dev = comm->cuda_dev;
+  weft_device_select(e->dev);
+  CUDA_GOTO(comm, pool_no_hidden_waits(e->dev), "setting the memory pool's reuse policy", err);
+  CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
+            "cudaStreamCreateWithFlags", err);
+  CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->last, cudaEventDisableTiming), "cudaEventCreate",
+            err);
+  CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->join, cudaEventDisableTiming), "cudaEventCreate",
+            err);
+  CUDA_GOTO(comm, cudaHostAlloc((void **)&e->flags, 2 * sizeof(uint64_t), cudaHostAllocMapped),
+            "cudaHostAlloc of the abort and error words", err);
+  e->flags[0] = e->flags[1] = 0;
+  res = weft_dev_inbox_create(comm->nranks, (int)nch * 2, &e->inbox);
+  if (res != ncclSuccess) goto err;
+  res = map_peers(comm, e);
+  if (res != ncclSuccess) goto err;
+  res = weft_dev_conns_build(&e->inbox, e->peer_bases, comm->rank, &e->conns);
+  if (res != ncclSuccess) goto err;
+  uint64_t *flags_dev = NULL;
+  CUDA_GOTO(comm, cudaHostGetDevicePointer((void **)&flags_dev, e->flags, 0),
+            "cudaHostGetDevicePointer of the abort and error words", err);
+  e->conns.abort = (const volatile uint32_t *)flags_dev;
+  e->conns.error = flags_dev + 1;
+  e->conns.timeout_ns = (uint64_t)weft_param_int(WEFT_PARAM_TIMEOUT) * 1000000000ull;
   comm->cuda = e;
-out:
-  pthread_mutex_unlock(&registry_lock);
+  return ncclSuccess;
+err:
+  engine_free(e, comm->nranks);
   return res;
 }
 
-void weft_cuda_engine_destroy(struct ncclComm *comm) {
+void weft_cuda_engine_abort(struct ncclComm *comm) {
+  if (comm->cuda != NULL) __atomic_store_n((uint32_t *)comm->cuda->flags, 1, __ATOMIC_RELEASE);
+}
+
+void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   struct weft_cuda_engine *e = comm->cuda;
   if (e == NULL) return;
   comm->cuda = NULL;
-  pthread_mutex_lock(&registry_lock);
-  if (--e->refs == 0) {
-    struct weft_cuda_engine **pp = &registry;
-    while (*pp != e) pp = &(*pp)->next;
-    *pp = e->next;
-    weft_device_select(e->dev);
-    cudaStreamDestroy(e->poll);
-    weft_dev_conns_destroy(&e->conns);
-    free(e);
-  }
-  pthread_mutex_unlock(&registry_lock);
+  weft_device_select(e->dev);
+  if (abort) __atomic_store_n((uint32_t *)e->flags, 1, __ATOMIC_RELEASE);
+  /* Kernels still reading the inbox or the plans must end first; with the
+   * abort word set they end within one poll. */
+  cudaEventSynchronize(e->last);
+  engine_free(e, comm->nranks);
 }
 
-ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
-                                     const struct weft_plan *plan, void *stream) {
-  cudaStream_t s = (cudaStream_t)stream;
+/* The cached entry for key (and, for send/recv, its op list), or NULL. */
+static struct plan_entry *plan_find(struct weft_cuda_engine *e, const struct plan_key *key,
+                                    const struct weft_p2p *ops) {
+  for (int i = 0; i < e->nplans; i++) {
+    struct plan_entry *p = &e->plans[i];
+    if (memcmp(&p->key, key, sizeof(*key)) != 0) continue;
+    if (ops == NULL || memcmp(p->ops, ops, key->count * sizeof(*ops)) == 0) return p;
+  }
+  return NULL;
+}
+
+/* Uploads a host plan and keeps it under key (ops: a copy is kept with it),
+ * evicting the least recently used plan that no CUDA graph holds when the
+ * cache is full. The upload runs on the side stream and is waited for
+ * there: outside any graph, so a capturing caller records only launches. */
+static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *key,
+                                const struct weft_p2p *ops, const struct weft_plan *plan,
+                                cudaStream_t stream, struct plan_entry **out) {
+  struct weft_cuda_engine *e = comm->cuda;
+  struct weft_p2p *ops_copy = NULL;
+  if (ops != NULL) {
+    ops_copy = malloc(key->count > 0 ? key->count * sizeof(*ops) : 1);
+    if (ops_copy == NULL) {
+      WARN("rank %d: CUDA engine: out of memory caching a plan of %zu sends/receives", comm->rank,
+           key->count);
+      return ncclSystemError;
+    }
+    memcpy(ops_copy, ops, key->count * sizeof(*ops));
+  }
+  /* A capturing caller's mode would forbid the upload's synchronization;
+   * it happens on the side stream, outside the graph, so relax it. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   struct weft_dev_plan dp;
-  weft_device_select(comm->cuda_dev);
-  WEFT_CHECK(weft_dev_plan_upload(plan, s, &dp));
-  ncclResult_t res = weft_dev_plan_launch(&dp, &comm->cuda->conns, comm->rank, coll->sendbuff,
-                                          coll->recvbuff, coll->datatype, coll->op, s);
-  /* Freed in stream order, after the kernel: nothing here waits. */
-  weft_dev_plan_free_async(&dp, s);
-  if (res != ncclSuccess)
-    WARN("rank %d: %s: launching on the CUDA engine failed", comm->rank,
-         weft_func_name(coll->func));
+  ncclResult_t res = weft_dev_plan_upload(plan, e->side, &dp);
+  cudaError_t err = res == ncclSuccess ? cudaStreamSynchronize(e->side) : cudaSuccess;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  if (res != ncclSuccess) {
+    free(ops_copy);
+    return res;
+  }
+  if (err != cudaSuccess) {
+    WARN("rank %d: CUDA engine: uploading a plan: %s", comm->rank, cudaGetErrorString(err));
+    weft_dev_plan_free_async(&dp, e->side);
+    free(ops_copy);
+    return ncclUnhandledCudaError;
+  }
+  struct plan_entry *slot = NULL;
+  if (e->nplans < PLAN_CACHE_MAX) {
+    slot = &e->plans[e->nplans++];
+  } else {
+    for (int i = 0; i < e->nplans; i++)
+      if (!e->plans[i].in_graph && (slot == NULL || e->plans[i].used < slot->used))
+        slot = &e->plans[i];
+    if (slot == NULL) {
+      WARN("rank %d: CUDA engine: %d plans are held by CUDA graphs; no room for another",
+           comm->rank, PLAN_CACHE_MAX);
+      weft_dev_plan_free_async(&dp, e->side);
+      free(ops_copy);
+      return ncclInternalError;
+    }
+    /* After the work already queued on this stream, which may use it. */
+    weft_dev_plan_free_async(&slot->plan, stream);
+    free(slot->ops);
+  }
+  memset(slot, 0, sizeof(*slot));
+  slot->key = *key;
+  slot->ops = ops_copy;
+  slot->plan = dp;
+  *out = slot;
+  return ncclSuccess;
+}
+
+/* Marks an entry used by a launch on stream: recency for the cache, and
+ * pinned for good once a CUDA graph has recorded it. */
+static void plan_use(struct weft_cuda_engine *e, struct plan_entry *entry, cudaStream_t stream) {
+  entry->used = ++e->launches;
+  enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+      capturing == cudaStreamCaptureStatusActive)
+    entry->in_graph = 1;
+}
+
+/* The cached device plan of a collective, built and uploaded on a miss. */
+static ncclResult_t plan_get(struct ncclComm *comm, const struct plan_key *key,
+                             const struct weft_sched_args *args, cudaStream_t stream,
+                             struct plan_entry **out) {
+  struct plan_entry *hit = plan_find(comm->cuda, key, NULL);
+  if (hit != NULL) {
+    *out = hit;
+    return ncclSuccess;
+  }
+  struct weft_plan plan;
+  if (key->algo == WEFT_ALGO_DIRECT)
+    WEFT_CHECK(weft_direct_plan(comm->rank, comm->nranks, args->count * args->elem_size, &plan));
+  else if (key->algo == WEFT_ALGO_TREE)
+    WEFT_CHECK(weft_tree_plan(args, &plan));
+  else
+    WEFT_CHECK(weft_ring_plan(args, &plan));
+  ncclResult_t res = plan_insert(comm, key, NULL, &plan, stream, out);
+  weft_plan_free(&plan);
   return res;
 }
 
-ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
-  struct weft_cuda_engine *e = comm->cuda;
-  if (e == NULL) return ncclSuccess;
-  uint64_t v = 0;
-  cudaError_t err = cudaMemcpyAsync(&v, e->conns.error, sizeof(v), cudaMemcpyDeviceToHost, e->poll);
-  if (err == cudaSuccess) err = cudaStreamSynchronize(e->poll);
+/* Elements of the input a collective reads: count, or count per rank for
+ * ReduceScatter. */
+static size_t coll_in_count(const struct ncclComm *comm, const struct weft_coll *coll) {
+  return coll->func == WEFT_FUNC_REDUCESCATTER ? coll->count * (size_t)comm->nranks : coll->count;
+}
+
+/* PreMulSum's first half: a stream-ordered copy of the input scaled by the
+ * scalar (read on the device when the kernel runs), which the plan then
+ * sums, exactly as the host engine scales a private copy (host_task.c).
+ * *scaled_out stays NULL when there is no input to scale. */
+static ncclResult_t premul_input(struct ncclComm *comm, const struct weft_coll *coll,
+                                 const struct weft_cuda_premul *premul, cudaStream_t s,
+                                 void **scaled_out) {
+  size_t elems = coll_in_count(comm, coll), bytes = elems * weft_dtype_size(coll->datatype);
+  *scaled_out = NULL;
+  if (bytes == 0 || coll->sendbuff == NULL) return ncclSuccess;
+  void *scaled = NULL;
+  cudaError_t err = cudaMallocAsync(&scaled, bytes, s);
   if (err != cudaSuccess) {
-    WARN("rank %d: CUDA engine: reading the error word: %s", comm->rank, cudaGetErrorString(err));
+    WARN("rank %d: %s: a %zu-byte PreMulSum input on the stream: %s", comm->rank,
+         weft_func_name(coll->func), bytes, cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
+  struct weft_dev_scalar scalar = {.ptr = premul->dev_ptr};
+  memcpy(scalar.value, premul->value, sizeof(scalar.value));
+  ncclResult_t res = weft_dev_scale(scaled, coll->sendbuff, elems, coll->datatype, &scalar, s);
+  if (res != ncclSuccess) {
+    cudaFreeAsync(scaled, s);
+    return res;
+  }
+  *scaled_out = scaled;
+  return ncclSuccess;
+}
+
+/* Records the launch's end on stream for destroy to wait on. */
+static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStream_t s) {
+  cudaError_t err = cudaEventRecord(comm->cuda->last, s);
+  if (err != cudaSuccess) {
+    WARN("rank %d: %s: cudaEventRecord after the launch: %s", comm->rank, what,
+         cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
+                                     const struct weft_sched_args *args, int algo, int proto,
+                                     const struct weft_cuda_premul *premul, void *stream) {
+  struct weft_cuda_engine *e = comm->cuda;
+  cudaStream_t s = (cudaStream_t)stream;
+  /* One rank has no arrivals to reduce: the ring plan's copy serves, as on
+   * the host engine. */
+  if (algo == WEFT_ALGO_DIRECT && comm->nranks == 1) algo = WEFT_ALGO_RING;
+  struct plan_key key;
+  memset(&key, 0, sizeof(key));
+  key.func = (int)args->func;
+  key.algo = algo;
+  key.proto = proto;
+  key.count = args->count;
+  key.elem_size = args->elem_size;
+  /* A direct plan depends on its byte count alone. */
+  if (algo != WEFT_ALGO_DIRECT) {
+    key.nchannels = args->nchannels;
+    key.root = args->root;
+    key.chunk_bytes = args->chunk_bytes;
+  }
+  weft_device_select(e->dev);
+  struct plan_entry *entry;
+  WEFT_CHECK(plan_get(comm, &key, args, s, &entry));
+  entry->plan.proto = proto; /* in the key too: an entry serves one protocol */
+  plan_use(e, entry, s);
+  const void *in = coll->sendbuff;
+  ncclRedOp_t op = coll->op;
+  void *scaled = NULL;
+  if (premul != NULL) {
+    WEFT_CHECK(premul_input(comm, coll, premul, s, &scaled));
+    if (scaled != NULL) in = scaled;
+    op = ncclSum;
+  }
+  ncclResult_t res =
+      weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op, s);
+  /* Direct: the plan exchanged the inputs; the arrivals are reduced in
+   * rank order by a second kernel in stream order. The host engine's
+   * Direct also sends a call record ahead of the data (host_check.c) to
+   * catch ranks that called different collectives; the device skips it, as
+   * every CUDA engine plan does: the kernels trust that all ranks made the
+   * same call, as NCCL's kernels do. */
+  if (res == ncclSuccess && algo == WEFT_ALGO_DIRECT)
+    res = weft_dev_direct_reduce(&entry->plan, comm->rank, comm->nranks, in, coll->recvbuff,
+                                 coll->count, coll->datatype, op, s);
+  /* Stream-ordered: freed once the kernels above have read it. */
+  if (scaled != NULL) cudaFreeAsync(scaled, s);
+  if (res != ncclSuccess) {
+    WARN("rank %d: %s: launching on the CUDA engine failed", comm->rank,
+         weft_func_name(coll->func));
+    return res;
+  }
+  return launch_done(comm, weft_func_name(coll->func), s);
+}
+
+/* ---- Grouped send/recv --------------------------------------------------- */
+
+/* FNV-1a over the op list: the cache compares whole lists only on a match. */
+static uint64_t ops_hash(const struct weft_p2p *ops, int nops) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *b = (const unsigned char *)ops;
+  for (size_t i = 0; i < (size_t)nops * sizeof(*ops); i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/* With fork, streams[0] waits for what is queued on every other stream;
+ * without, every other stream waits for what is queued on streams[0]. One
+ * event serves all: a wait takes the record made just before it. */
+static ncclResult_t streams_join(struct ncclComm *comm, const struct weft_cuda_p2p *p, int fork) {
+  cudaEvent_t ev = comm->cuda->join;
+  for (int i = 1; i < p->nstreams; i++) {
+    cudaStream_t from = (cudaStream_t)(fork ? p->streams[i] : p->streams[0]);
+    cudaStream_t to = (cudaStream_t)(fork ? p->streams[0] : p->streams[i]);
+    cudaError_t err = cudaEventRecord(ev, from);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(to, ev, 0);
+    if (err != cudaSuccess) {
+      WARN("rank %d: send/recv: ordering the %d streams of the group's calls: %s", comm->rank,
+           p->nstreams, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Copies the marked sends aside on s (one stream-ordered allocation) and
+ * points bufs at the copies; *copies_out (NULL: none) is freed by the
+ * caller in stream order after the kernel. */
+static ncclResult_t stage_sends(struct ncclComm *comm, const struct weft_cuda_p2p *p,
+                                cudaStream_t s, void **bufs, char **copies_out) {
+  size_t total = 0;
+  *copies_out = NULL;
+  for (int k = 0; k < p->nops; k++)
+    if (p->stage[k]) total += (p->ops[k].bytes + 255) & ~(size_t)255;
+  if (total == 0) return ncclSuccess;
+  char *copies = NULL;
+  cudaError_t err = cudaMallocAsync((void **)&copies, total, s);
+  size_t off = 0;
+  for (int k = 0; k < p->nops && err == cudaSuccess; k++) {
+    if (!p->stage[k] || p->ops[k].bytes == 0) continue;
+    err = cudaMemcpyAsync(copies + off, p->bufs[k], p->ops[k].bytes, cudaMemcpyDefault, s);
+    bufs[k] = copies + off;
+    off += (p->ops[k].bytes + 255) & ~(size_t)255;
+  }
+  if (err != cudaSuccess) {
+    WARN("rank %d: send/recv: copying %zu bytes of sends that overlap receives: %s", comm->rank,
+         total, cudaGetErrorString(err));
+    if (copies != NULL) cudaFreeAsync(copies, s);
+    return ncclUnhandledCudaError;
+  }
+  *copies_out = copies;
+  return ncclSuccess;
+}
+
+/* The cached device plan of a send/recv op list, built on a miss. */
+static ncclResult_t p2p_plan_get(struct ncclComm *comm, const struct weft_cuda_p2p *p,
+                                 cudaStream_t s, struct plan_entry **out) {
+  struct plan_key key;
+  memset(&key, 0, sizeof(key));
+  key.func = WEFT_FUNC_SEND;
+  key.count = (size_t)p->nops;
+  key.ops_hash = ops_hash(p->ops, p->nops);
+  struct plan_entry *hit = plan_find(comm->cuda, &key, p->ops);
+  if (hit != NULL) {
+    *out = hit;
+    return ncclSuccess;
+  }
+  struct weft_plan plan;
+  WEFT_CHECK(weft_p2p_plan(comm->rank, p->ops, p->nops, &plan));
+  ncclResult_t res = plan_insert(comm, &key, p->ops, &plan, s, out);
+  weft_plan_free(&plan);
+  return res;
+}
+
+ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
+  struct weft_cuda_engine *e = comm->cuda;
+  cudaStream_t s = (cudaStream_t)p->streams[0];
+  weft_device_select(e->dev);
+  struct plan_entry *entry;
+  WEFT_CHECK(p2p_plan_get(comm, p, s, &entry));
+  void **bufs = malloc((size_t)(p->nops > 0 ? p->nops : 1) * sizeof(*bufs));
+  if (bufs == NULL) {
+    WARN("rank %d: send/recv: out of memory for %d buffers", comm->rank, p->nops);
+    return ncclSystemError;
+  }
+  memcpy(bufs, p->bufs, (size_t)p->nops * sizeof(*bufs));
+  char *copies = NULL;
+  ncclResult_t res = streams_join(comm, p, 1);
+  if (res == ncclSuccess) {
+    plan_use(e, entry, s);
+    res = stage_sends(comm, p, s, bufs, &copies);
+  }
+  if (res == ncclSuccess) res = weft_dev_p2p_launch(&entry->plan, &e->conns, bufs, p->nops, s);
+  if (copies != NULL) cudaFreeAsync(copies, s);
+  free(bufs);
+  if (res != ncclSuccess) return res;
+  WEFT_CHECK(launch_done(comm, "send/recv", s));
+  return streams_join(comm, p, 0);
+}
+
+ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
+  const struct weft_cuda_engine *e = comm->cuda;
+  if (e == NULL) return ncclSuccess;
+  /* Host memory: read without a CUDA call, so it costs nothing and works
+   * while another thread captures a graph. */
+  uint64_t v = __atomic_load_n(&e->flags[1], __ATOMIC_ACQUIRE);
   if (v == 0) return ncclSuccess;
-  WARN("rank %d: CUDA engine: a kernel wait timed out (rank %d waited %.0f s for its peer); the "
-       "communicator has failed",
-       comm->rank, (int)v - 1, e->conns.timeout_ns ? (double)e->conns.timeout_ns / 1e9 : 10.0);
+  int who = WEFT_DEV_ERROR_RANK(v), peer = WEFT_DEV_ERROR_PEER(v);
+  switch (WEFT_DEV_ERROR_REASON(v)) {
+    case WEFT_DEV_ERR_P2P_SIZE:
+      WARN(
+          "rank %d: CUDA engine: rank %d received a send from rank %d whose byte count is not "
+          "the one its ncclRecv posted; nothing was copied and the communicator has failed",
+          comm->rank, who, peer);
+      break;
+    case WEFT_DEV_ERR_P2P_STEP:
+      WARN(
+          "rank %d: CUDA engine: what rank %d received from rank %d where an ncclRecv waited "
+          "is not a send (the ranks' calls are out of step: a collective on one, send/recv on "
+          "the other?); the communicator has failed",
+          comm->rank, who, peer);
+      break;
+    default:
+      WARN(
+          "rank %d: CUDA engine: a kernel wait timed out (rank %d waited %.0f s for a peer); "
+          "the communicator has failed",
+          comm->rank, who, (double)e->conns.timeout_ns / 1e9);
+      break;
+  }
   return ncclRemoteError;
 }
 
 #else /* no kernels in this build */
-
-int weft_cuda_engine_wanted(const struct ncclComm *comm) {
-  if (weft_param_int(WEFT_PARAM_CUDA_ENGINE) == 1 && comm->rank == 0)
-    INFO(WEFT_INIT, "WEFT_CUDA_ENGINE=1 ignored: this build has no CUDA kernels");
-  return 0;
-}
 
 int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   (void)comm;
@@ -166,15 +582,30 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   return ncclInvalidUsage;
 }
 
-void weft_cuda_engine_destroy(struct ncclComm *comm) {
+void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
+  (void)comm;
+  (void)abort;
+}
+
+void weft_cuda_engine_abort(struct ncclComm *comm) {
   (void)comm;
 }
 
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
-                                     const struct weft_plan *plan, void *stream) {
+                                     const struct weft_sched_args *args, int algo, int proto,
+                                     const struct weft_cuda_premul *premul, void *stream) {
   (void)coll;
-  (void)plan;
+  (void)args;
+  (void)algo;
+  (void)proto;
+  (void)premul;
   (void)stream;
+  WARN("rank %d: the CUDA engine is not in this build", comm->rank);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p2p) {
+  (void)p2p;
   WARN("rank %d: the CUDA engine is not in this build", comm->rank);
   return ncclInvalidUsage;
 }

@@ -1,8 +1,11 @@
-/* The CUDA engine (opt-in, WEFT_CUDA_ENGINE=1): collectives on device
- * buffers, run by the plan kernel of src/device/ on the caller's stream.
- * This slice serves communicators whose ranks all live in one process on
- * one GPU; their device FIFOs are shared through a process-local registry.
- * Without the kernels in the build every function here says so. */
+/* The CUDA engine: collectives on device buffers, run by the plan kernel of
+ * src/device/ on the caller's stream. Each rank owns an inbox of device
+ * FIFOs; its peers reach it by pointer (same process), peer access (another
+ * GPU of the process) or CUDA IPC (another process). Kernels spin on each
+ * other, so this path is chosen only where every pair of ranks runs
+ * concurrently; elsewhere device buffers are staged through host memory
+ * (src/exec/cuda_staged.c). Without the kernels in the build every function
+ * here says so. */
 #ifndef WEFT_EXEC_CUDA_H
 #define WEFT_EXEC_CUDA_H
 
@@ -11,21 +14,63 @@
 
 struct ncclComm;
 
-/* Non-zero when WEFT_CUDA_ENGINE=1 and comm (after the peer exchange)
- * qualifies: every rank in this process, all on one CUDA device. */
-int weft_cuda_engine_wanted(const struct ncclComm *comm);
-/* Attaches comm to its communicator's device FIFOs (the first rank of the
- * process creates them); sets comm->cuda. */
+/* How a communicator runs, decided at init by all its ranks together. */
+enum weft_cuda_path {
+  WEFT_CUDA_PATH_HOST,   /* host buffers, host engine: a host rank in the communicator */
+  WEFT_CUDA_PATH_KERNEL, /* device buffers, kernels over device FIFOs */
+  WEFT_CUDA_PATH_STAGED, /* device buffers copied to host memory and run by the host engine */
+};
+
+/* Collective over comm's bootstrap: every rank returns the same path, and
+ * one INFO line says which and why. */
+ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out);
+/* Collective: creates comm's inbox, exchanges it with every peer and builds
+ * the link tables; sets comm->cuda. */
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm);
-/* Detaches comm; the last rank frees the FIFOs. */
-void weft_cuda_engine_destroy(struct ncclComm *comm);
+/* Waits for comm's last launch (unless aborting), then frees its memory. */
+void weft_cuda_engine_destroy(struct ncclComm *comm, int abort);
+/* Makes every kernel wait of comm give up (ncclCommAbort). */
+void weft_cuda_engine_abort(struct ncclComm *comm);
 /* Channels a plan on comm may use (the FIFOs hold twice that for trees). */
 int weft_cuda_engine_max_channels(const struct ncclComm *comm);
-/* Uploads plan and launches it on stream; returns without waiting. The
- * host plan stays the caller's. */
+/* PreMulSum's scalar as the engine takes it: ncclScalarDevice's pointer,
+ * read by a kernel when it runs (never on the host), or the value
+ * ncclScalarHostImmediate captured when the operator was made. */
+struct weft_cuda_premul {
+  const void *dev_ptr;    /* NULL: value */
+  unsigned char value[8]; /* one element of the collective's datatype */
+};
+
+/* Launches a collective planned with args/algo on stream with protocol
+ * proto (enum weft_proto: the same on every rank); returns without
+ * waiting. Device plans are cached per communicator by shape, so a repeated
+ * call is one kernel launch (and CUDA graph capture records only that).
+ * Direct (AllReduce) adds a second small kernel that reduces the arrivals
+ * in rank order. premul (NULL: coll->op is built in) scales a stream-ordered
+ * copy of the input by its scalar first and sums that, as the host engine
+ * does. */
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
-                                     const struct weft_plan *plan, void *stream);
-/* ncclRemoteError when a kernel's wait timed out (it names the rank), else
+                                     const struct weft_sched_args *args, int algo, int proto,
+                                     const struct weft_cuda_premul *premul, void *stream);
+
+/* Every send and receive of one communicator in one group. */
+struct weft_cuda_p2p {
+  const struct weft_p2p *ops; /* nops: peer, direction, bytes, in call order */
+  void *const *bufs;          /* nops: each op's buffer */
+  const unsigned char *stage; /* nops: 1 for a send that overlaps a receive of the group */
+  int nops;
+  void *const *streams; /* nstreams distinct streams the calls named, first seen first */
+  int nstreams;
+};
+/* Launches them as one kernel on streams[0] (weft_p2p_plan: one lane per
+ * peer, plans cached by the list of peers, directions and sizes); returns
+ * without waiting. Sends marked in stage go from a stream-ordered copy
+ * taken first, so a receive of the group cannot overwrite them. With
+ * several streams, streams[0] first waits for the others' earlier work and
+ * they then wait for the kernel, as NCCL orders the streams of a group. */
+ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p2p);
+/* ncclRemoteError when a kernel failed (a wait timed out, or a receive's
+ * size disagreed with its send; the WARN names the ranks), else
  * ncclSuccess; reads the error word without waiting for running kernels. */
 ncclResult_t weft_cuda_engine_check(struct ncclComm *comm);
 

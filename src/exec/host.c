@@ -15,7 +15,10 @@
  * communicators in a group: enqueue wakes a sleeping worker lazily, when
  * the thread turns to another communicator or waits on another one, so a
  * single communicator's call makes no system call at all. Spinning waits
- * yield the CPU between polls so an oversubscribed host keeps moving. */
+ * yield the CPU between polls so an oversubscribed host keeps moving.
+ * Staged tasks (device buffers copied through host memory, see
+ * exec/cuda_staged.c) have nobody waiting on them: enqueue wakes the worker
+ * at once, and their hooks run around the plan on whichever thread runs it. */
 #include "exec/host.h"
 
 #include <sched.h>
@@ -32,12 +35,25 @@
 /* The engine this thread last queued to without waking its worker. */
 static _Thread_local struct weft_host_engine *host_deferred;
 
-static void host_task_release(struct weft_host_task *task) {
+void weft_host_task_free(struct weft_host_task *task) {
   weft_plan_free(&task->plan);
   free(task->bufs);
   free(task->p2p);
   task->bufs = NULL;
   task->p2p = NULL;
+}
+
+/* Runs a taken task (not under lock): its start hook, then its plan,
+ * unless an earlier failure poisoned the engine (the peers have given up
+ * on this sequence too, so it is dropped); then its done hook. */
+static ncclResult_t host_task_take(struct weft_host_engine *h, struct weft_host_task *task,
+                                   ncclResult_t poisoned, ncclResult_t *usage_out) {
+  ncclResult_t res = poisoned;
+  if (res == ncclSuccess && task->hooks.start != NULL) res = task->hooks.start(task->hooks.ctx);
+  if (res == ncclSuccess) res = weft__host_task_run(h, task, usage_out);
+  if (task->hooks.done != NULL) task->hooks.done(task->hooks.ctx, res, *usage_out);
+  weft_host_task_free(task);
+  return res;
 }
 
 /* Polls cond(h) up to WEFT_SPIN times; says whether it became true. */
@@ -70,10 +86,8 @@ static void host_drain(struct weft_host_engine *h) {
     h->count--;
     ncclResult_t poisoned = h->error;
     pthread_mutex_unlock(&h->lock);
-    /* After a failure the peers have given up on this sequence too: drop. */
     ncclResult_t usage = ncclSuccess;
-    ncclResult_t res = poisoned == ncclSuccess ? weft__host_task_run(h, &task, &usage) : poisoned;
-    host_task_release(&task);
+    ncclResult_t res = host_task_take(h, &task, poisoned, &usage);
     pthread_mutex_lock(&h->lock);
     if (res != ncclSuccess && h->error == ncclSuccess) {
       h->error = res;
@@ -104,7 +118,15 @@ static void *host_worker_main(void *arg) {
   pthread_mutex_lock(&h->lock);
   for (;;) {
     host_worker_idle(h);
-    if (atomic_load(&h->running)) continue; /* only stop brought us here */
+    if (atomic_load(&h->running)) {
+      /* Only stop brought us here, while a waiter runs the queue (a call
+       * the communicator is aborted under): sleep until it has finished its
+       * task, which needs the lock this loop would otherwise keep. */
+      h->waiters++;
+      pthread_cond_wait(&h->idle_cv, &h->lock);
+      h->waiters--;
+      continue;
+    }
     if (h->count == 0) break;               /* stop, and nothing left */
     atomic_store(&h->running, 1);
     host_drain(h);
@@ -157,9 +179,10 @@ ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_ta
   struct weft_host_engine *h;
   ncclResult_t res = host_engine_of(comm, &h);
   if (res != ncclSuccess) {
-    host_task_release(task);
+    weft_host_task_free(task);
     return res;
   }
+  int wake_now = task->hooks.done != NULL;
   host_flush_deferred(h);
   pthread_mutex_lock(&h->lock);
   res = h->error;
@@ -175,11 +198,14 @@ ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_ta
     h->queue[(h->head + h->count) % h->cap] = *task;
     h->count++;
     atomic_store_explicit(&h->queued, atomic_load(&h->queued) + 1, memory_order_release);
-    if (h->worker_sleeping) host_deferred = h;
+    if (h->worker_sleeping && wake_now)
+      pthread_cond_signal(&h->work_cv);
+    else if (h->worker_sleeping)
+      host_deferred = h;
     task = NULL;
   }
   pthread_mutex_unlock(&h->lock);
-  if (task != NULL) host_task_release(task);
+  if (task != NULL) weft_host_task_free(task);
   return res;
 }
 
@@ -267,7 +293,13 @@ void weft_host_engine_destroy(struct ncclComm *comm) {
   pthread_cond_broadcast(&h->idle_cv);
   while (h->inside > 0) pthread_cond_wait(&h->idle_cv, &h->lock);
   pthread_mutex_unlock(&h->lock);
-  for (size_t i = 0; i < h->count; i++) host_task_release(&h->queue[(h->head + i) % h->cap]);
+  /* The worker drains the queue before it exits; anything left is dropped,
+   * and its done hook still runs (a staged task then releases its stream). */
+  for (size_t i = 0; i < h->count; i++) {
+    struct weft_host_task *task = &h->queue[(h->head + i) % h->cap];
+    ncclResult_t usage = ncclSuccess;
+    host_task_take(h, task, h->error != ncclSuccess ? h->error : ncclInternalError, &usage);
+  }
   weft__host_worker_free(&h->w);
   pthread_cond_destroy(&h->idle_cv);
   pthread_cond_destroy(&h->work_cv);

@@ -8,6 +8,18 @@
 
 struct ncclComm;
 
+/* What a staged task (exec/cuda_staged.c) adds around its run. `start`
+ * runs on the thread that takes the task, before the plan (it waits for the
+ * input to reach host memory); its failure is the task's. `done` runs once
+ * the task has finished, failed or been dropped, with its result and any
+ * misuse, and is the last use of ctx. Nobody waits on such a task, so
+ * enqueue wakes the worker at once. */
+struct weft_host_hooks {
+  ncclResult_t (*start)(void *ctx);
+  void (*done)(void *ctx, ncclResult_t res, ncclResult_t usage);
+  void *ctx;
+};
+
 /* One unit of work: a collective, or a group's send/recv on one comm. */
 struct weft_host_task {
   int is_p2p;
@@ -19,6 +31,7 @@ struct weft_host_task {
   struct weft_p2p *p2p;  /* the p2p ops (nbufs of them), for count checks; engine-owned */
   int premul_sum;            /* coll.op is a PreMulSum: scale the input, then sum */
   const void *premul_scalar; /* host pointer to a scalar of the datatype, read when the task starts */
+  struct weft_host_hooks hooks; /* all NULL: a plain task */
 };
 
 /* Starts comm's worker; comm->host is set on success. */
@@ -26,6 +39,8 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm);
 /* Queues one task (arguments already checked) and takes ownership of its
  * plan, bufs and p2p arrays, also on failure; returns at once. */
 ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_task *task);
+/* Frees what a task owns (plan, bufs, p2p), for a task never enqueued. */
+void weft_host_task_free(struct weft_host_task *task);
 /* Waits until everything queued has finished; returns the first error: a
  * failure that broke the communicator (sticky), else the first misuse
  * (ranks that disagreed on a call, mismatched send/recv sizes) since the

@@ -8,7 +8,12 @@
  * peer is on this host and NCCL_SHM_DISABLE is not set, else sockets. The
  * numbers are host-rank figures measured with weft-bench on a small machine;
  * they only need to be right relative to each other, and they give
- * ncclGroupSimulateEnd its estimate. */
+ * ncclGroupSimulateEnd its estimate.
+ *
+ * The protocol matters on the CUDA engine only (host ranks run Simple):
+ * there the same latency + bytes / bandwidth, with the kernels' figures per
+ * protocol, weighs LL against Simple per step (LL's measured latency is
+ * no lower, so it is chosen only when NCCL_PROTO forces it). */
 #include "sched/tuning.h"
 
 #include <ctype.h>
@@ -23,7 +28,7 @@
 
 /* Per-step latency in microseconds and bandwidth in bytes per microsecond. */
 #define SHM_ALPHA_US 3.0
-#define SHM_BETA 5000.0    /* 5 GB/s */
+#define SHM_BETA 5000.0 /* 5 GB/s */
 #define SOCK_ALPHA_US 15.0
 #define SOCK_BETA 1000.0   /* 1 GB/s */
 #define LOCAL_BETA 10000.0 /* one rank: a memory copy */
@@ -35,17 +40,35 @@
 /* Direct sends n-1 copies of the input: worth it only while latency rules. */
 #define DIRECT_MAX_BYTES (16 * 1024)
 
+/* The CUDA engine's kernels (src/device/), per step on a link: Simple
+ * waits for a slot, copies, fences and publishes a counter that the peer
+ * then reads; LL's lines carry their own flags, so no fence, but half of
+ * every line is flag and every line is polled. Measured on an H200 (2
+ * ranks on the one GPU, one lane, 2026-11-29, tests/test_gpu_plan.c's
+ * ll_speed): LL took 13.4 us against Simple's 12.8 us at 256 bytes, 19.0
+ * against 13.9 at 32 KiB and 3x Simple's time from 512 KiB. LL saves
+ * nothing this engine can see yet (a step's cost is the launch and the
+ * wake-up, not the fence), so the model gives it Simple's latency and its
+ * lower bandwidth: the model never picks it, and NCCL_PROTO=LL forces it. */
+#define CUDA_SIMPLE_ALPHA_US 4.0
+#define CUDA_SIMPLE_BETA 100000.0 /* 100 GB/s */
+#define CUDA_LL_ALPHA_US 4.2
+#define CUDA_LL_BETA 18000.0 /* 18 GB/s */
+
 static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
+/* The ones weft has (bits of PROTO_*; PROTO_x == WEFT_PROTO_x for both). */
+#define WEFT_PROTOS ((1u << PROTO_SIMPLE) | (1u << PROTO_LL))
+_Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL,
+               "weft's protocols are NCCL's first two");
 static const char *const proto_names[PROTO_NCCL_COUNT] = {"Simple", "LL", "LL128"};
 /* Algorithms NCCL has and weft does not: named, so they are ignored quietly. */
-static const char *const foreign_algos[] = {"CollNetDirect", "CollNetChain", "NVLS", "NVLSTree",
-                                            "PAT", "CollNet"};
+static const char *const foreign_algos[] = {"CollNetDirect", "CollNetChain", "NVLS",
+                                            "NVLSTree",      "PAT",          "CollNet"};
 /* Names of the collectives in NCCL_ALGO="allreduce:tree;broadcast:ring". */
-static const char *const func_keys[WEFT_FUNC_COUNT] = {"allreduce", "allgather", "reducescatter",
-                                                       "broadcast", "reduce",    "send",
-                                                       "recv"};
+static const char *const func_keys[WEFT_FUNC_COUNT] = {
+    "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "send", "recv"};
 
 static struct {
   unsigned algo_mask[WEFT_FUNC_COUNT];  /* bit per enum weft_algo */
@@ -134,13 +157,29 @@ static void tuning_load(void) {
   }
   const char *algo = weft_param_str(WEFT_PARAM_ALGO);
   if (algo != NULL && env_parse(algo, 0, (1u << WEFT_ALGO_COUNT) - 1, tuning.algo_mask) != 0)
-    WARN("NCCL_ALGO=%s: cannot parse; expected e.g. Ring,Tree or ^Tree or allreduce:tree;"
-         "broadcast:ring (algorithms: Ring, Tree, Direct); using the defaults", algo);
+    WARN(
+        "NCCL_ALGO=%s: cannot parse; expected e.g. Ring,Tree or ^Tree or allreduce:tree;"
+        "broadcast:ring (algorithms: Ring, Tree, Direct); using the defaults",
+        algo);
   const char *proto = weft_param_str(WEFT_PARAM_PROTO);
-  if (proto != NULL &&
-      env_parse(proto, 1, (1u << PROTO_NCCL_COUNT) - 1, tuning.proto_mask) != 0)
-    WARN("NCCL_PROTO=%s: cannot parse; expected e.g. Simple,LL or ^LL128 (protocols: Simple, "
-         "LL, LL128); using the defaults", proto);
+  if (proto != NULL && env_parse(proto, 1, (1u << PROTO_NCCL_COUNT) - 1, tuning.proto_mask) != 0)
+    WARN(
+        "NCCL_PROTO=%s: cannot parse; expected e.g. Simple,LL or ^LL128 (protocols: Simple, "
+        "LL, LL128); using the defaults",
+        proto);
+  /* LL128 is NCCL's alone: a collective left with nothing else is tuned as
+   * if NCCL_PROTO did not name it. */
+  int lost = 0;
+  for (int f = 0; f < WEFT_FUNC_COUNT; f++) {
+    if ((tuning.proto_mask[f] & WEFT_PROTOS) != 0) continue;
+    tuning.proto_mask[f] |= WEFT_PROTOS;
+    lost = 1;
+  }
+  if (lost)
+    WARN(
+        "NCCL_PROTO=%s: LL128 is a protocol of NCCL only; collectives left without Simple or "
+        "LL get the one the tuning model picks",
+        proto != NULL ? proto : "");
 }
 
 /* Shared memory when every peer is on this host and it is not disabled. */
@@ -153,8 +192,8 @@ static int comm_on_shm(const struct ncclComm *comm) {
 
 /* The model: microseconds for func moving `bytes` (the caller's buffer; for
  * AllGather/ReduceScatter one rank's share) with algo over n ranks. */
-static double model_us(enum weft_func func, enum weft_algo algo, int n, double bytes,
-                       double alpha, double beta) {
+static double model_us(enum weft_func func, enum weft_algo algo, int n, double bytes, double alpha,
+                       double beta) {
   if (n == 1) return bytes / LOCAL_BETA;
   double steps = n - 1;
   switch (func) {
@@ -172,9 +211,12 @@ static double model_us(enum weft_func func, enum weft_algo algo, int n, double b
 
 /* The allowed algorithm the model says is fastest (Ring when NCCL_ALGO
  * leaves nothing weft has for func). */
-static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha,
-                                double beta, double *est_out) {
+static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha, double beta,
+                                int cuda, double *est_out) {
   unsigned mask = tuning.algo_mask[func];
+  /* The CUDA engine's Direct is new and timed out on 2 ranks in its first
+   * GPU run (docs/CUDA.md): there it runs only when NCCL_ALGO names it. */
+  if (cuda && weft_param_str(WEFT_PARAM_ALGO) == NULL) mask &= ~(1u << WEFT_ALGO_DIRECT);
   if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree, direct: AllReduce only */
   if (mask == 0) mask = 1u << WEFT_ALGO_RING;
   /* Direct past its size only when NCCL_ALGO asks for nothing else. */
@@ -217,13 +259,41 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size) {
   return chunk < elem_size ? elem_size : chunk;
 }
 
-/* The protocol: Simple unless NCCL_PROTO excludes it (host ranks run
- * Simple anyway; the choice is logged so a user sees it had no effect). */
-static int pick_proto(enum weft_func func) {
-  unsigned mask = tuning.proto_mask[func];
-  for (int p = 0; p < PROTO_NCCL_COUNT; p++)
-    if (mask & (1u << p)) return p;
-  return PROTO_SIMPLE;
+/* Bytes one step of the plan moves on a link (src/sched/ring.c, tree.c,
+ * with the chunk and channels chosen): a ring AllReduce step carries one
+ * position's slice of a round, a tree step a chunk of one of the 2 *
+ * nchannels parts, Direct the whole input, the others a chunk of a
+ * channel's part of the buffer (a rank's block for AllGather and
+ * ReduceScatter). */
+static double step_bytes(enum weft_func func, enum weft_algo algo, int n, size_t bytes,
+                         int nchannels, size_t chunk) {
+  double lane = (double)bytes / nchannels;
+  if (algo == WEFT_ALGO_DIRECT) return (double)bytes;
+  if (algo == WEFT_ALGO_TREE) lane /= 2;
+  if (func == WEFT_FUNC_ALLREDUCE && algo == WEFT_ALGO_RING) lane /= n;
+  return lane < (double)chunk ? lane : (double)chunk;
+}
+
+/* The protocol the CUDA engine runs (host ranks run Simple whatever is
+ * asked): the one NCCL_PROTO leaves, else the one the model says moves a
+ * step faster. Both ends of a link must run the same protocol. Every rank
+ * tunes a collective alike, but a send and its receive are tuned as
+ * different calls (sizes, NCCL_PROTO sections), so they get LL only when
+ * NCCL_PROTO allows nothing else for sends and receives both. */
+static enum weft_proto pick_proto(const struct ncclComm *comm, enum weft_func func,
+                                  enum weft_algo algo, size_t bytes, int nchannels, size_t chunk) {
+  const unsigned ll = 1u << PROTO_LL;
+  if (comm->host_engine || comm->nranks == 1) return WEFT_PROTO_SIMPLE;
+  if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
+    unsigned both = (tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV]);
+    return (both & WEFT_PROTOS) == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
+  }
+  unsigned mask = tuning.proto_mask[func] & WEFT_PROTOS;
+  if (mask != WEFT_PROTOS) return mask == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
+  double b = step_bytes(func, algo, comm->nranks, bytes, nchannels, chunk);
+  double simple = CUDA_SIMPLE_ALPHA_US + b / CUDA_SIMPLE_BETA;
+  double low = CUDA_LL_ALPHA_US + b / CUDA_LL_BETA;
+  return low < simple ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
 }
 
 ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t bytes,
@@ -238,16 +308,18 @@ ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t 
       bytes <= SIZE_MAX / (size_t)n)
     total = bytes * (size_t)n;
   double est;
-  out->algo = pick_algo(func, n, (double)bytes, alpha, beta, &est);
-  int proto = pick_proto(func);
-  out->proto = proto == PROTO_LL && !comm->host_engine ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
+  out->algo = pick_algo(func, n, (double)bytes, alpha, beta, !comm->host_engine, &est);
   out->nchannels = p2p ? 1 : pick_nchannels(total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1);
+  out->proto = pick_proto(comm, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
   out->estimated_us = (float)est;
+  int simple_only = comm->host_engine && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
   INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",
-       weft_func_name(func), bytes, n, algo_names[out->algo], proto_names[proto],
-       comm->host_engine && proto != PROTO_SIMPLE ? " (host ranks run Simple)" : "",
-       out->nchannels, out->nchannels == 1 ? "" : "s", out->chunk_bytes, est,
-       n == 1 ? "local" : shm ? "shm" : "socket");
+       weft_func_name(func), bytes, n, algo_names[out->algo], proto_names[out->proto],
+       simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
+       out->nchannels == 1 ? "" : "s", out->chunk_bytes, est,
+       n == 1 ? "local"
+       : shm  ? "shm"
+              : "socket");
   return ncclSuccess;
 }

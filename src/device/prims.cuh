@@ -1,0 +1,202 @@
+/* What the kernel's protocols share (memory ordering, bounded waits, the
+ * kernel's arguments, where a receive's result goes), and the Simple
+ * protocol: 64-bit head and tail counters, slot-sized copies in, a fence,
+ * copies or reductions out. One half of a CTA moves a step's send, the
+ * other its receive. The LL protocol is proto_ll.cuh. Included by the
+ * kernel's translation unit only. */
+#ifndef WEFT_DEVICE_PRIMS_CUH
+#define WEFT_DEVICE_PRIMS_CUH
+
+#include <stdint.h>
+
+#include "device/device.h"
+#include "device/reduce.cuh"
+
+#define EXEC_THREADS 512
+#define EXEC_HALF (EXEC_THREADS / 2)
+
+/* ---- Memory ordering ----------------------------------------------------- */
+
+__device__ __forceinline__ uint64_t ld_acquire(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_release(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/* A counter nobody synchronizes on (LL's tail): no ordering asked. */
+__device__ __forceinline__ void st_relaxed(uint64_t *p, uint64_t v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t now_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* A barrier for one half of the CTA (ids 1 and 2; 0 is __syncthreads). */
+__device__ __forceinline__ void half_sync(int id) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(EXEC_HALF) : "memory");
+}
+
+/* half_sync that also returns whether any thread of the half passed a
+ * nonzero pred. Every thread gets the same answer, so a half leaves a loop
+ * together: reading the shared stop word after a plain barrier would let
+ * the other half's late write split it, and the threads that stayed would
+ * wait at the next barrier for the ones that left. */
+__device__ __forceinline__ int half_sync_any(int id, int pred) {
+  int r;
+  asm volatile(
+      "{\n\t.reg .pred p, q;\n\t"
+      "setp.ne.s32 p, %1, 0;\n\t"
+      "bar.red.or.pred q, %2, %3, p;\n\t"
+      "selp.s32 %0, 1, 0, q;\n\t}"
+      : "=r"(r)
+      : "r"(pred), "r"(id), "r"(EXEC_HALF)
+      : "memory");
+  return r;
+}
+
+struct exec_args {
+  struct weft_dev_conns conns;
+  const struct weft_dev_lane *lanes;
+  const struct weft_step *steps;
+  char *scratch;
+  char *bufs[2];
+  int dt;
+  int op;  /* exec_op of the reduction */
+  int avg; /* POSTOP divides by nranks */
+};
+
+/* The link this rank sends to dst on (is_send), or receives from src on. */
+__device__ __forceinline__ const weft_dev_link &link_of(const exec_args &x, int peer, int ch,
+                                                        int is_send) {
+  size_t i = (size_t)peer * x.conns.nchannels + ch;
+  return is_send ? x.conns.send[i] : x.conns.recv[i];
+}
+
+__device__ inline char *buf_of(const exec_args &x, const weft_dev_lane &l, unsigned idx,
+                               size_t off) {
+  char *base = idx == WEFT_BUF_SCRATCH ? x.scratch + l.scratch_off : x.bufs[idx];
+  return base + off;
+}
+
+/* ---- Bounded waits ------------------------------------------------------- */
+
+/* Called now and then by a spinning thread: 0 once the run must stop (an
+ * error word set by anyone, an abort, or this wait past conns.timeout_ns,
+ * which it reports). *start is 0 before the first call. */
+__device__ inline int wait_check(const exec_args &x, uint64_t *start) {
+  if (*(volatile uint64_t *)x.conns.error != 0) return 0;
+  if (x.conns.abort != NULL && *x.conns.abort != 0) return 0;
+  uint64_t t = now_ns(), limit = x.conns.timeout_ns ? x.conns.timeout_ns : 10000000000ull;
+  if (*start == 0) {
+    *start = t;
+  } else if (t - *start > limit) {
+    atomicCAS((unsigned long long *)x.conns.error, 0ull, (unsigned long long)(x.conns.rank + 1));
+    return 0;
+  }
+  return 1;
+}
+
+/* Spins until *p passes the bound (ready(*p)), an error elsewhere, or the
+ * timeout; returns 0 when the run must stop. Thread 0 of a half only. */
+template <typename Ready>
+__device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, uint64_t *seen) {
+  uint64_t start = 0;
+  for (unsigned spins = 0;; spins++) {
+    uint64_t v = ld_acquire(p);
+    if (ready(v)) {
+      *seen = v;
+      return 1;
+    }
+    if ((spins & 1023) == 0 && !wait_check(x, &start)) return 0;
+  }
+}
+
+/* ---- Where a receive goes ------------------------------------------------ */
+
+struct recv_target {
+  char *dst;
+  const char *loc; /* the local operand of a reduction, else NULL */
+  int op;          /* exec_op; OP_COPY for a copy */
+  int div;         /* avg's divide (nranks), 0 for none */
+};
+
+__device__ inline recv_target recv_target_of(const exec_args &x, const weft_dev_lane &l,
+                                             const weft_step &s) {
+  recv_target r;
+  r.dst = buf_of(x, l, s.dst_buf, s.dst_off);
+  r.loc = (s.flags & WEFT_STEP_REDUCE) ? buf_of(x, l, s.local_buf, s.local_off) : NULL;
+  r.op = (s.flags & WEFT_STEP_REDUCE) ? x.op : OP_COPY;
+  r.div = (s.flags & WEFT_STEP_POSTOP) && x.avg ? x.conns.nranks : 0;
+  return r;
+}
+
+/* Whether recv_out is a plain byte copy (LL then skips its staging). */
+__device__ __forceinline__ int recv_is_copy(const recv_target &r) {
+  return r.op == OP_COPY && !r.div;
+}
+
+/* Bytes [off, off + n) of a receive, arrived at in (a slot), to dst. */
+__device__ __forceinline__ void recv_out(const exec_args &x, const recv_target &r, size_t off,
+                                         const char *in, size_t n, int t) {
+  reduce_any(x.dt, r.op, r.dst + off, r.loc ? r.loc + off : NULL, in, n, r.div, t, EXEC_HALF);
+}
+
+/* ---- Simple -------------------------------------------------------------- */
+
+__device__ inline int exec_send(const exec_args &x, const weft_dev_lane &l, const weft_step &s,
+                                int t, int *stop) {
+  const weft_dev_link c = link_of(x, s.send_peer, l.channel, 1);
+  const char *src = buf_of(x, l, s.send_buf, s.send_off);
+  const size_t sb = x.conns.slot_bytes;
+  const int ns = x.conns.nslots;
+  uint64_t pos = *(volatile uint64_t *)c.tail;
+  for (size_t off = 0; off < s.send_bytes; off += sb, pos++) {
+    size_t n = s.send_bytes - off < sb ? s.send_bytes - off : sb;
+    int failed = 0;
+    if (t == 0) {
+      uint64_t h;
+      failed = !wait_for(
+          x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h);
+      if (failed) *stop = 1;
+    }
+    if (half_sync_any(1, failed || *(volatile int *)stop)) return 0;
+    copy_bytes(c.slots + (pos % ns) * sb, src + off, n, t, EXEC_HALF);
+    __threadfence();
+    half_sync(1);
+    if (t == 0) st_release(c.tail, pos + 1);
+  }
+  return 1;
+}
+
+__device__ inline int exec_recv(const exec_args &x, const weft_dev_lane &l, const weft_step &s,
+                                int t, int *stop) {
+  const weft_dev_link c = link_of(x, s.recv_peer, l.channel, 0);
+  const recv_target r = recv_target_of(x, l, s);
+  const size_t sb = x.conns.slot_bytes;
+  const int ns = x.conns.nslots;
+  uint64_t pos = *(volatile uint64_t *)c.head;
+  for (size_t off = 0; off < s.recv_bytes; off += sb, pos++) {
+    size_t n = s.recv_bytes - off < sb ? s.recv_bytes - off : sb;
+    int failed = 0;
+    if (t == 0) {
+      uint64_t tl;
+      failed = !wait_for(
+          x, c.tail, [=](uint64_t v) { return v > pos; }, &tl);
+      if (failed) *stop = 1;
+    }
+    if (half_sync_any(2, failed || *(volatile int *)stop)) return 0;
+    recv_out(x, r, off, c.slots + (pos % ns) * sb, n, t);
+    half_sync(2);
+    if (t == 0) st_release(c.head, pos + 1);
+  }
+  return 1;
+}
+
+#endif

@@ -1,0 +1,131 @@
+/* Which way a communicator runs device buffers, decided once at init.
+ *
+ * Kernels of two ranks that exchange data spin on each other's counters,
+ * so they must run at the same time. That holds for streams of one process
+ * (one context), for kernels on different GPUs, and for processes sharing
+ * a GPU under MPS. Without MPS, contexts of different processes time-slice
+ * a GPU: a kernel spinning on a peer that is not scheduled waits out whole
+ * time slices (measured on an H200: 4.5 ms per round trip instead of
+ * 1.4 us). Such communicators, and those whose GPUs cannot reach each other
+ * (no peer access, another host, NCCL_P2P_DISABLE=1), stage device buffers
+ * through host memory and run on the host engine instead. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/comm.h"
+#include "core/param.h"
+#include "exec/cuda.h"
+#include "weft_config.h"
+
+#if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
+#include <cuda_runtime_api.h>
+
+#include "core/bootstrap.h"
+#include "core/device.h"
+
+/* Why rank me cannot run kernels against peer p, or NULL when it can. */
+static const char *pair_blocker(const struct ncclComm *comm, int p, int mps) {
+  const struct weft_peer_info *me = &comm->peers[comm->rank], *q = &comm->peers[p];
+  if (q->host_hash != me->host_hash) return "on another host";
+  if (q->pid == me->pid) {
+    int ok = 0;
+    if (q->cuda_dev == me->cuda_dev) return NULL;
+    if (cudaDeviceCanAccessPeer(&ok, me->cuda_dev, q->cuda_dev) != cudaSuccess || !ok)
+      return "on a GPU this one has no peer access to";
+    return NULL;
+  }
+  if (strcmp(q->busid, me->busid) == 0)
+    return mps ? NULL : "on this GPU in another process, and MPS is not running";
+  int dev = -1, ok = 0;
+  if (cudaDeviceGetByPCIBusId(&dev, q->busid) != cudaSuccess)
+    return "on a GPU this process cannot see";
+  if (cudaDeviceCanAccessPeer(&ok, me->cuda_dev, dev) != cudaSuccess || !ok)
+    return "on a GPU this one has no peer access to";
+  return NULL;
+}
+
+/* This rank's verdict: -1 when every pair can run kernels, else the first
+ * peer that cannot (its reason in *why_out). */
+static int my_blocker(const struct ncclComm *comm, const char **why_out) {
+  int mps = 0;
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, comm->cuda_dev) != cudaSuccess) mps = 0;
+  if (weft_param_int(WEFT_PARAM_P2P_DISABLE) == 1 && comm->nranks > 1) {
+    *why_out = "NCCL_P2P_DISABLE=1";
+    return comm->rank;
+  }
+  for (int p = 0; p < comm->nranks; p++) {
+    if (p == comm->rank) continue;
+    const char *why = pair_blocker(comm, p, mps);
+    if (why != NULL) {
+      *why_out = why;
+      return p;
+    }
+  }
+  return -1;
+}
+
+ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out) {
+  for (int r = 0; r < comm->nranks; r++) {
+    if (comm->peers[r].cuda_dev >= 0) continue;
+    if (comm->cuda_dev >= 0 && comm->rank == 0)
+      INFO(WEFT_INIT,
+           "rank %d is a host rank: every rank of this communicator runs on host buffers (the "
+           "host engine)",
+           r);
+    *path_out = WEFT_CUDA_PATH_HOST;
+    return ncclSuccess;
+  }
+  if (weft_param_int(WEFT_PARAM_CUDA_ENGINE) == 0) {
+    if (comm->rank == 0)
+      INFO(WEFT_INIT, "WEFT_CUDA_ENGINE=0: device buffers are staged through host memory");
+    *path_out = WEFT_CUDA_PATH_STAGED;
+    return ncclSuccess;
+  }
+  weft_device_select(comm->cuda_dev);
+  const char *why = NULL;
+  int mine = my_blocker(comm, &why);
+  int *votes = calloc((size_t)comm->nranks, sizeof(*votes));
+  if (votes == NULL) {
+    WARN("rank %d: out of memory choosing the CUDA path", comm->rank);
+    return ncclSystemError;
+  }
+  votes[comm->rank] = mine;
+  ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, votes, sizeof(*votes));
+  int blocked_rank = -1;
+  for (int r = 0; res == ncclSuccess && r < comm->nranks && blocked_rank < 0; r++)
+    if (votes[r] >= 0) blocked_rank = r;
+  free(votes);
+  WEFT_CHECK(res);
+  if (blocked_rank < 0) {
+    if (comm->rank == 0)
+      INFO(WEFT_INIT, "CUDA engine: %d ranks run kernels over device FIFOs", comm->nranks);
+    *path_out = WEFT_CUDA_PATH_KERNEL;
+    return ncclSuccess;
+  }
+  if (blocked_rank == comm->rank && mine == comm->rank)
+    INFO(WEFT_INIT, "%s: device buffers are staged through host memory", why);
+  else if (blocked_rank == comm->rank)
+    INFO(WEFT_INIT,
+         "rank %d: peer %d is %s: device buffers are staged through host memory (no spinning "
+         "kernels across processes)%s",
+         comm->rank, mine, why,
+         strstr(why, "MPS") ? "; start MPS (nvidia-cuda-mps-control -d) for the faster kernel path"
+                            : "");
+  *path_out = WEFT_CUDA_PATH_STAGED;
+  return ncclSuccess;
+}
+
+#else /* no kernels in this build */
+
+ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out) {
+  if (comm->cuda_dev >= 0 && comm->rank == 0)
+    INFO(WEFT_INIT,
+         "this build has no CUDA kernels: device buffers are staged through host "
+         "memory");
+  *path_out = comm->cuda_dev >= 0 ? WEFT_CUDA_PATH_STAGED : WEFT_CUDA_PATH_HOST;
+  return ncclSuccess;
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* GPU additions to the multi-rank harness (see gpu_harness.h). */
+#include "gpu_harness.h"
+
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int gpu_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+int gpu_require_device(const char *suite) {
+  int n = gpu_device_count();
+  if (n > 0) return n;
+  printf("%s: no CUDA device: skipped\n", suite);
+  fflush(stdout);
+  exit(77);
+}
+
+int gpu_mps_enabled(int dev) {
+  int on = 0;
+  if (cudaDeviceGetAttribute(&on, cudaDevAttrMpsEnabled, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return on != 0;
+}
+
+const char *gpu_error_string(int err) {
+  return cudaGetErrorString((cudaError_t)err);
+}
+
+static void append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...) {
+  size_t used = strnlen(buf, len);
+  if (used + 1 >= len) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + used, len - used, fmt, ap);
+  va_end(ap);
+}
+
+/* The failure lines of a worker's stderr, in order, into why. */
+static void collect_failures(const char *text, char *why, size_t why_len) {
+  const char *line = text;
+  while (line != NULL && *line != '\0') {
+    const char *end = strchr(line, '\n');
+    size_t n = end != NULL ? (size_t)(end - line) : strlen(line);
+    if (strncmp(line, "FAIL", 4) == 0 || strncmp(line, "[harness", 8) == 0 ||
+        strncmp(line, "harness:", 8) == 0)
+      append(why, why_len, "\n  %.*s", (int)(n < 600 ? n : 600), line);
+    line = end != NULL ? end + 1 : NULL;
+  }
+}
+
+int gpu_worker(char *const argv[], const char *const env[], int timeout_s, char *why,
+               size_t why_len) {
+  char err_path[128];
+  snprintf(err_path, sizeof err_path, "/tmp/weft-gpu-worker-%d.err", (int)getpid());
+  why[0] = '\0';
+  int st = harness_exec_self(argv, env, NULL, err_path, timeout_s, NULL);
+  char *err = harness_read_file(err_path);
+  unlink(err_path);
+  if (err != NULL) {
+    fputs(err, stderr);
+    fflush(stderr);
+  }
+  int ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  if (!ok) {
+    if (st == -1)
+      append(why, why_len, "did not finish in %d s (killed) or could not start", timeout_s);
+    else if (WIFSIGNALED(st))
+      append(why, why_len, "died of signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+      append(why, why_len, "exited with status %d", WEXITSTATUS(st));
+    if (err != NULL) collect_failures(err, why, why_len);
+  }
+  free(err);
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,160 @@
+/* Unit tests of src/sched/tuning.c's protocol choice. A communicator is
+ * faked (ranks on one host, host or CUDA engine). NCCL_ALGO and NCCL_PROTO
+ * are read once per process, so every test runs in a process of its own
+ * (Check's fork mode) and sets them before its first weft_tune.
+ * Checked: host ranks always get Simple, with the same algorithm, channels
+ * and chunk a CUDA rank gets; the CUDA engine's model gives Simple at every
+ * size (LL measured no faster, see tuning.c); NCCL_PROTO forces either; a
+ * list with only LL128 falls back to the model; a send and a receive get
+ * LL only when NCCL_PROTO allows nothing else for both. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "sched/tuning.h"
+
+static struct weft_peer_info peers[8];
+
+static struct ncclComm fake_comm(int nranks, int host_engine) {
+  struct ncclComm c;
+  memset(&c, 0, sizeof(c));
+  c.nranks = nranks;
+  c.host_engine = host_engine;
+  c.cuda_dev = host_engine ? -1 : 0;
+  c.peers = peers; /* zeroed: every peer on this host */
+  return c;
+}
+
+static struct weft_tuning tune(int nranks, int host_engine, enum weft_func func, size_t bytes) {
+  struct ncclComm c = fake_comm(nranks, host_engine);
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, func, bytes, 4, &t), ncclSuccess);
+  return t;
+}
+
+static enum weft_proto proto(int nranks, enum weft_func func, size_t bytes) {
+  return tune(nranks, 0, func, bytes).proto;
+}
+
+START_TEST(host_runs_simple) {
+  setenv("NCCL_PROTO", "LL", 1);
+  /* Direct is the CUDA engine's only when asked for; name the rest so
+   * both engines choose among the same algorithms. */
+  setenv("NCCL_ALGO", "Ring,Tree", 1);
+  const size_t sizes[] = {0, 4, 4096, 65536, 1u << 20, 64u << 20};
+  for (int f = WEFT_FUNC_ALLREDUCE; f <= WEFT_FUNC_REDUCE; f++)
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+      struct weft_tuning h = tune(4, 1, (enum weft_func)f, sizes[i]);
+      struct weft_tuning d = tune(4, 0, (enum weft_func)f, sizes[i]);
+      ck_assert_int_eq(h.proto, WEFT_PROTO_SIMPLE);
+      ck_assert_int_eq(h.algo, d.algo);
+      ck_assert_int_eq(h.nchannels, d.nchannels);
+      ck_assert_uint_eq(h.chunk_bytes, d.chunk_bytes);
+    }
+}
+END_TEST
+
+START_TEST(cuda_crossover) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  /* LL's measured latency is no lower than Simple's, so the model keeps
+   * Simple for every collective and size. */
+  static const size_t sizes[] = {8, 4096, 32u << 10, 256u << 10, 64u << 20};
+  for (int f = WEFT_FUNC_ALLREDUCE; f <= WEFT_FUNC_REDUCE; f++)
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++)
+      ck_assert_int_eq(proto(4, (enum weft_func)f, sizes[i]), WEFT_PROTO_SIMPLE);
+  /* One rank copies locally: nothing to pick. */
+  ck_assert_int_eq(proto(1, WEFT_FUNC_ALLREDUCE, 4096), WEFT_PROTO_SIMPLE);
+  /* A send and its receive are tuned apart: Simple unless forced. */
+  ck_assert_int_eq(proto(4, WEFT_FUNC_SEND, 4096), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_RECV, 4096), WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
+/* Unforced, the CUDA engine never picks Direct; host ranks do. */
+START_TEST(cuda_no_direct) {
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 4096).algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_ne(tune(4, 0, WEFT_FUNC_ALLREDUCE, 4096).algo, WEFT_ALGO_DIRECT);
+}
+END_TEST
+
+START_TEST(tree_crossover) {
+  setenv("NCCL_ALGO", "Tree", 1);
+  /* Two trees: a step moves a chunk of half the buffer (one channel here). */
+  ck_assert_int_eq(tune(8, 0, WEFT_FUNC_ALLREDUCE, 4096).algo, WEFT_ALGO_TREE);
+  ck_assert_int_eq(proto(8, WEFT_FUNC_ALLREDUCE, 4096), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(8, WEFT_FUNC_ALLREDUCE, 256u << 10), WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
+START_TEST(force_ll) {
+  setenv("NCCL_PROTO", "LL", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLREDUCE, 64u << 20), WEFT_PROTO_LL);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLGATHER, 64u << 20), WEFT_PROTO_LL);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_SEND, 64u << 20), WEFT_PROTO_LL);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_RECV, 4), WEFT_PROTO_LL);
+}
+END_TEST
+
+START_TEST(force_simple) {
+  setenv("NCCL_PROTO", "^LL,LL128", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLREDUCE, 4), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(8, WEFT_FUNC_BROADCAST, 4096), WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
+START_TEST(per_collective) {
+  setenv("NCCL_PROTO", "allreduce:Simple;broadcast:LL", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLREDUCE, 4), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_BROADCAST, 64u << 20), WEFT_PROTO_LL);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLGATHER, 4096), WEFT_PROTO_SIMPLE); /* the model */
+}
+END_TEST
+
+/* LL128 alone: WARNed at load; the model picks as if nothing was asked. */
+START_TEST(ll128_only) {
+  setenv("NCCL_PROTO", "LL128", 1);
+  setenv("NCCL_ALGO", "Ring", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLREDUCE, 4096), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_ALLREDUCE, 64u << 20), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 4096).proto, WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
+/* LL for sends only: the receive would still run Simple, so neither does. */
+START_TEST(p2p_one_side) {
+  setenv("NCCL_PROTO", "send:LL", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_SEND, 4096), WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_RECV, 4096), WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
+START_TEST(p2p_both_sides) {
+  setenv("NCCL_PROTO", "send:LL;recv:LL", 1);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_SEND, 1u << 20), WEFT_PROTO_LL);
+  ck_assert_int_eq(proto(4, WEFT_FUNC_RECV, 1u << 20), WEFT_PROTO_LL);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("tuning");
+  TCase *tc = tcase_create("proto");
+  tcase_add_test(tc, host_runs_simple);
+  tcase_add_test(tc, cuda_crossover);
+  tcase_add_test(tc, cuda_no_direct);
+  tcase_add_test(tc, tree_crossover);
+  tcase_add_test(tc, force_ll);
+  tcase_add_test(tc, force_simple);
+  tcase_add_test(tc, per_collective);
+  tcase_add_test(tc, ll128_only);
+  tcase_add_test(tc, p2p_one_side);
+  tcase_add_test(tc, p2p_both_sides);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  /* Each test in its own process: the environment is read once. */
+  srunner_set_fork_status(sr, CK_FORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}
