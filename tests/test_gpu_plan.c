@@ -116,14 +116,9 @@ struct ranks {
 static void ranks_open(struct ranks *rs, int n, int nchannels) {
   void *bases[MAXR];
   rs->n = n;
-  /* As the engine does (src/exec/cuda.c): no hidden cross-stream waits in
-   * the pool, or one rank's PreMulSum copy could wait for another rank's
-   * kernel, which waits for it. */
-  cudaMemPool_t pool;
-  int off = 0;
-  CUDA_OK(cudaDeviceGetDefaultMemPool(&pool, 0));
-  CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off));
-  CUDA_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &off));
+  /* As the engine does: no hidden cross-stream waits in the pool, or one
+   * rank's PreMulSum copy could wait for another rank's kernel. */
+  ck_assert_int_eq(weft_dev_pool_no_hidden_waits(0), ncclSuccess);
   for (int r = 0; r < n; r++) {
     /* The tree uses two channels per lane pair. */
     ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, &rs->inbox[r]), ncclSuccess);

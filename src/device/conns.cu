@@ -16,6 +16,17 @@ static size_t inbox_ll_bytes(const weft_dev_inbox &b) {
   return (size_t)b.nranks * b.nchannels * b.nslots * b.ll_slot_bytes;
 }
 
+extern "C" ncclResult_t weft_dev_pool_no_hidden_waits(int dev) {
+  cudaMemPool_t pool;
+  int off = 0;
+  DEV_CUDA(cudaDeviceGetDefaultMemPool(&pool, dev), "cudaDeviceGetDefaultMemPool");
+  DEV_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off),
+           "turning off the pool's cross-stream reuse");
+  DEV_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &off),
+           "turning off the pool's opportunistic reuse");
+  return ncclSuccess;
+}
+
 extern "C" ncclResult_t weft_dev_inbox_create(int nranks, int nchannels,
                                               struct weft_dev_inbox *out) {
   weft_dev_inbox b = {};

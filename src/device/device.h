@@ -77,6 +77,14 @@ struct weft_dev_conns {
   uint64_t timeout_ns; /* bound on every wait (0: 10 s) */
 };
 
+/* Stream-ordered allocations (plans, PreMulSum inputs, p2p tables) come
+ * from dev's default pool, which by default may hand one stream memory
+ * another stream freed by making the first wait for the second. With
+ * ranks' kernels spinning on each other that wait can be a deadlock (rank
+ * A's allocation waits for rank B's kernel, which waits for rank A's), so
+ * this limits reuse to frees the stream already follows. */
+ncclResult_t weft_dev_pool_no_hidden_waits(int dev);
+
 /* Allocates and zeroes an inbox on the current device. */
 ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, struct weft_dev_inbox *out);
 void weft_dev_inbox_destroy(struct weft_dev_inbox *inbox);

@@ -63,15 +63,7 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const size_t n = total - so < sb ? total - so : sb;
-    int failed = 0;
-    if (t == 0) {
-      uint64_t h;
-      failed = !wait_for(
-          a.x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h);
-      if (failed) *stop = 1;
-    }
-    /* Every thread of the half gets the same answer (prims.cuh). */
-    if (half_sync_any(1, failed || *(volatile int *)stop)) return 0;
+    if (!half_wait_free(a.x, c, pos, t, stop)) return 0;
     char *slot = c.slots + (pos % ns) * sb;
     if (so == 0 && t == 0) {
       ((uint64_t *)slot)[0] = (P2P_MAGIC << 48) | ((uint64_t)s.send_bytes & P2P_BYTES_MASK);
@@ -90,7 +82,7 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
 /* The receive half: the header first, then the data only when its count
  * is the posted one. */
 __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_step &s, int t,
-                        int *stop, uint64_t *hdr) {
+                        int *stop) {
   const weft_dev_link c = link_of(a.x, s.recv_peer, l.channel, 0);
   char *dst = p2p_buf(a, s.dst_buf, s.dst_off);
   const size_t sb = a.x.conns.slot_bytes;
@@ -99,21 +91,12 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
   size_t total = P2P_HDR_BYTES;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const char *slot = c.slots + (pos % ns) * sb;
-    int failed = 0;
-    if (t == 0) {
-      uint64_t tl;
-      failed = !wait_for(
-          a.x, c.tail, [=](uint64_t v) { return v > pos; }, &tl);
-      if (failed)
-        *stop = 1;
-      else if (so == 0)
-        *hdr = __ldcg((const unsigned long long *)slot);
-    }
-    if (half_sync_any(2, failed || *(volatile int *)stop)) return 0;
-    /* The header, read once the barrier made thread 0's copy visible: the
-     * whole half decides alike. */
+    if (!half_wait_filled(a.x, c, pos, t, stop)) return 0;
+    /* The header, read by every thread after the barrier that follows
+     * thread 0's acquire of the tail (as the data is): the whole half
+     * decides alike. */
     if (so == 0) {
-      const uint64_t h = *(volatile uint64_t *)hdr;
+      const uint64_t h = __ldcg((const unsigned long long *)slot);
       const size_t sent = (size_t)(h & P2P_BYTES_MASK);
       if ((h >> 48) != P2P_MAGIC || sent != s.recv_bytes) {
         if (t == 0) {
@@ -136,7 +119,6 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
 
 __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_p2p_kernel(p2p_args a) {
   __shared__ int stop;
-  __shared__ uint64_t hdr;
   const weft_dev_lane l = a.x.lanes[blockIdx.x];
   const int tid = threadIdx.x;
   if (tid == 0) stop = 0;
@@ -154,7 +136,7 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_p2p_kernel(p2p_args a) {
     if (tid < EXEC_HALF) {
       if (s.flags & WEFT_STEP_SEND) p2p_send(a, l, s, tid, &stop);
     } else if (s.flags & WEFT_STEP_RECV) {
-      p2p_recv(a, l, s, tid - EXEC_HALF, &stop, &hdr);
+      p2p_recv(a, l, s, tid - EXEC_HALF, &stop);
     }
     __syncthreads();
     if (stop) return;

@@ -118,6 +118,37 @@ __device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, uint
   }
 }
 
+/* Slot waits of a half of the CTA: thread 0 spins, then the whole half
+ * decides together (half_sync_any) whether to go on, so a failed wait or
+ * a stop set by the other half ends every thread of it alike. 1: go on. */
+
+/* The sending half (barrier 1): until slot pos of c is free again. */
+__device__ inline int half_wait_free(const exec_args &x, const weft_dev_link &c, uint64_t pos,
+                                     int t, int *stop) {
+  int failed = 0;
+  if (t == 0) {
+    const uint64_t ns = (uint64_t)x.conns.nslots;
+    uint64_t h;
+    failed = !wait_for(
+        x, c.head, [=](uint64_t v) { return pos - v < ns; }, &h);
+    if (failed) *stop = 1;
+  }
+  return !half_sync_any(1, failed || *(volatile int *)stop);
+}
+
+/* The receiving half (barrier 2): until slot pos of c is filled. */
+__device__ inline int half_wait_filled(const exec_args &x, const weft_dev_link &c, uint64_t pos,
+                                       int t, int *stop) {
+  int failed = 0;
+  if (t == 0) {
+    uint64_t tl;
+    failed = !wait_for(
+        x, c.tail, [=](uint64_t v) { return v > pos; }, &tl);
+    if (failed) *stop = 1;
+  }
+  return !half_sync_any(2, failed || *(volatile int *)stop);
+}
+
 /* ---- Where a receive goes ------------------------------------------------ */
 
 struct recv_target {
@@ -159,14 +190,7 @@ __device__ inline int exec_send(const exec_args &x, const weft_dev_lane &l, cons
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t off = 0; off < s.send_bytes; off += sb, pos++) {
     size_t n = s.send_bytes - off < sb ? s.send_bytes - off : sb;
-    int failed = 0;
-    if (t == 0) {
-      uint64_t h;
-      failed = !wait_for(
-          x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h);
-      if (failed) *stop = 1;
-    }
-    if (half_sync_any(1, failed || *(volatile int *)stop)) return 0;
+    if (!half_wait_free(x, c, pos, t, stop)) return 0;
     copy_bytes(c.slots + (pos % ns) * sb, src + off, n, t, EXEC_HALF);
     __threadfence();
     half_sync(1);
@@ -184,14 +208,7 @@ __device__ inline int exec_recv(const exec_args &x, const weft_dev_lane &l, cons
   uint64_t pos = *(volatile uint64_t *)c.head;
   for (size_t off = 0; off < s.recv_bytes; off += sb, pos++) {
     size_t n = s.recv_bytes - off < sb ? s.recv_bytes - off : sb;
-    int failed = 0;
-    if (t == 0) {
-      uint64_t tl;
-      failed = !wait_for(
-          x, c.tail, [=](uint64_t v) { return v > pos; }, &tl);
-      if (failed) *stop = 1;
-    }
-    if (half_sync_any(2, failed || *(volatile int *)stop)) return 0;
+    if (!half_wait_filled(x, c, pos, t, stop)) return 0;
     recv_out(x, r, off, c.slots + (pos % ns) * sb, n, t);
     half_sync(2);
     if (t == 0) st_release(c.head, pos + 1);

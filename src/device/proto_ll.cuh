@@ -177,14 +177,7 @@ static __device__ __noinline__ int ll_send(const exec_args &x, const weft_dev_la
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t off = 0; off < s.send_bytes; off += pay, pos++) {
     size_t n = s.send_bytes - off < pay ? s.send_bytes - off : pay;
-    int failed = 0;
-    if (t == 0) {
-      uint64_t h;
-      failed = !wait_for(
-          x, c.head, [=](uint64_t v) { return pos - v < (uint64_t)ns; }, &h);
-      if (failed) *stop = 1;
-    }
-    if (half_sync_any(1, failed || *(volatile int *)stop)) return 0;
+    if (!half_wait_free(x, c, pos, t, stop)) return 0;
     ll_write((uint4 *)(c.ll + (pos % ns) * sb), ll_flag(pos, ns), src + off, n, al, t);
   }
   /* Bookkeeping only: the flags carry the data, so no fence before it. */

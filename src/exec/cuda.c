@@ -150,23 +150,6 @@ static void engine_free(struct weft_cuda_engine *e, int nranks) {
   free(e);
 }
 
-/* The engine's stream-ordered allocations (plans, PreMulSum inputs, p2p
- * tables) come from the device's default pool. By default the pool may hand
- * one stream memory another stream freed by making the first wait for the
- * second. With ranks' kernels spinning on each other that wait can be a
- * deadlock (rank A's allocation waits for rank B's kernel, which waits for
- * rank A's), so reuse is limited to frees the stream already follows. */
-static cudaError_t pool_no_hidden_waits(int dev) {
-  cudaMemPool_t pool;
-  int off = 0;
-  cudaError_t err = cudaDeviceGetDefaultMemPool(&pool, dev);
-  if (err == cudaSuccess)
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off);
-  if (err == cudaSuccess)
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowOpportunistic, &off);
-  return err;
-}
-
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   ncclResult_t res = ncclSuccess;
   int64_t nch = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
@@ -185,7 +168,8 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   }
   e->dev = comm->cuda_dev;
   weft_device_select(e->dev);
-  CUDA_GOTO(comm, pool_no_hidden_waits(e->dev), "setting the memory pool's reuse policy", err);
+  res = weft_dev_pool_no_hidden_waits(e->dev);
+  if (res != ncclSuccess) goto err;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->last, cudaEventDisableTiming), "cudaEventCreate",
