@@ -4,8 +4,9 @@
  * waiting, and the streams carry the results: float AllReduce (counts 1, 7,
  * 1000003, in and out of place), AllGather and Broadcast, outputs poisoned
  * first. Host pointers are refused with a clear error; ranks 0 and 1 swap
- * buffers with grouped ncclSend/ncclRecv. Exits 77 (skip) when there is no
- * GPU. */
+ * buffers with grouped ncclSend/ncclRecv. A group of three collectives per
+ * rank is one kernel (counted in a captured graph) and replays right.
+ * Exits 77 (skip) when there is no GPU. */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -35,7 +36,8 @@ static void ranks_open(struct ranks *rs, int n) {
 }
 
 static void ranks_sync(struct ranks *rs) {
-  for (int r = 0; r < rs->n; r++) ck_assert_int_eq(cudaStreamSynchronize(rs->streams[r]), cudaSuccess);
+  for (int r = 0; r < rs->n; r++)
+    ck_assert_int_eq(cudaStreamSynchronize(rs->streams[r]), cudaSuccess);
   for (int r = 0; r < rs->n; r++) {
     ncclResult_t err = ncclInProgress;
     ck_assert_int_eq(ncclCommGetAsyncError(rs->comms[r], &err), ncclSuccess);
@@ -84,9 +86,9 @@ START_TEST(allreduce) {
       }
       ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
       for (int r = 0; r < n; r++)
-        ck_assert_int_eq(ncclAllReduce(in[r], out[r], count, ncclFloat, ncclSum, rs.comms[r],
-                                       rs.streams[r]),
-                         ncclSuccess);
+        ck_assert_int_eq(
+            ncclAllReduce(in[r], out[r], count, ncclFloat, ncclSum, rs.comms[r], rs.streams[r]),
+            ncclSuccess);
       ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
       ranks_sync(&rs);
       for (int r = 0; r < n; r++) {
@@ -131,9 +133,9 @@ START_TEST(allgather_broadcast) {
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
   ranks_sync(&rs);
   for (int r = 0; r < n; r++) {
-    ck_assert_int_eq(cudaMemcpy(host, out[r], count * (size_t)n * sizeof(float),
-                                cudaMemcpyDeviceToHost),
-                     cudaSuccess);
+    ck_assert_int_eq(
+        cudaMemcpy(host, out[r], count * (size_t)n * sizeof(float), cudaMemcpyDeviceToHost),
+        cudaSuccess);
     for (int q = 0; q < n; q++)
       for (size_t i = 0; i < count; i++)
         ck_assert_msg(host[(size_t)q * count + i] == input(q, i),
@@ -145,9 +147,9 @@ START_TEST(allgather_broadcast) {
   int root = n - 1;
   ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; r++)
-    ck_assert_int_eq(ncclBroadcast(in[r], out[r], count, ncclFloat, root, rs.comms[r],
-                                   rs.streams[r]),
-                     ncclSuccess);
+    ck_assert_int_eq(
+        ncclBroadcast(in[r], out[r], count, ncclFloat, root, rs.comms[r], rs.streams[r]),
+        ncclSuccess);
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
   ranks_sync(&rs);
   for (int r = 0; r < n; r++) {
@@ -160,6 +162,122 @@ START_TEST(allgather_broadcast) {
   for (int r = 0; r < n; r++) {
     cudaFree(in[r]);
     cudaFree(out[r]);
+  }
+  free(host);
+  ranks_close(&rs);
+}
+END_TEST
+
+/* Kernel nodes in a captured graph. */
+static size_t kernel_nodes(cudaGraph_t g) {
+  size_t n = 0;
+  ck_assert_int_eq(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
+  cudaGraphNode_t *nodes = calloc(n ? n : 1, sizeof(*nodes));
+  ck_assert_int_eq(cudaGraphGetNodes(g, nodes, &n), cudaSuccess);
+  size_t kernels = 0;
+  for (size_t i = 0; i < n; i++) {
+    enum cudaGraphNodeType t;
+    ck_assert_int_eq(cudaGraphNodeGetType(nodes[i], &t), cudaSuccess);
+    kernels += t == cudaGraphNodeTypeKernel;
+  }
+  free(nodes);
+  return kernels;
+}
+
+/* A group of three collectives per rank (AllReduce, AllGather,
+ * ReduceScatter, on the rank's stream) is one kernel per communicator:
+ * captured (each rank's stream into its own graph) it holds one kernel
+ * node; replayed twice, the results are right. */
+START_TEST(group_one_launch) {
+  int n = nranks_of[_i];
+  struct ranks rs;
+  ranks_open(&rs, n);
+  const size_t count = 4099;
+  float *ar[MAXR], *ag[MAXR], *rsin[MAXR], *rsout[MAXR];
+  float *host = malloc(count * MAXR * sizeof(float));
+  ck_assert_ptr_nonnull(host);
+  for (int r = 0; r < n; r++) {
+    ar[r] = dev_alloc(count);
+    ag[r] = dev_alloc(count * (size_t)n);
+    rsin[r] = dev_alloc(count * (size_t)n);
+    rsout[r] = dev_alloc(count);
+    upload(rsin[r], r, count * (size_t)n, 0, host);
+  }
+  cudaGraph_t graphs[MAXR];
+  cudaGraphExec_t execs[MAXR];
+  for (int r = 0; r < n; r++)
+    ck_assert_int_eq(cudaStreamBeginCapture(rs.streams[r], cudaStreamCaptureModeThreadLocal),
+                     cudaSuccess);
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    /* In place: the AllGather's input is the rank's block of its output. */
+    ck_assert_int_eq(
+        ncclAllReduce(ar[r], ar[r], count, ncclFloat, ncclSum, rs.comms[r], rs.streams[r]),
+        ncclSuccess);
+    ck_assert_int_eq(ncclAllGather(ag[r] + (size_t)r * count, ag[r], count, ncclFloat, rs.comms[r],
+                                   rs.streams[r]),
+                     ncclSuccess);
+    ck_assert_int_eq(
+        ncclReduceScatter(rsin[r], rsout[r], count, ncclFloat, ncclSum, rs.comms[r], rs.streams[r]),
+        ncclSuccess);
+  }
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  /* Every capture ends before any graph is instantiated: in thread-local
+   * mode an instantiation while another stream captures is refused. */
+  for (int r = 0; r < n; r++)
+    ck_assert_int_eq(cudaStreamEndCapture(rs.streams[r], &graphs[r]), cudaSuccess);
+  for (int r = 0; r < n; r++) {
+    ck_assert_msg(kernel_nodes(graphs[r]) == 1,
+                  "%d ranks: rank %d's group of 3 collectives captured %zu kernels, expected 1", n,
+                  r, kernel_nodes(graphs[r]));
+    ck_assert_int_eq(cudaGraphInstantiate(&execs[r], graphs[r], 0), cudaSuccess);
+  }
+  for (int rep = 0; rep < 2; rep++) {
+    for (int r = 0; r < n; r++) {
+      upload(ar[r], r + rep, count, 0, host);
+      upload(ag[r] + (size_t)r * count, r + 2 * rep, count, 0, host);
+    }
+    for (int r = 0; r < n; r++)
+      ck_assert_int_eq(cudaGraphLaunch(execs[r], rs.streams[r]), cudaSuccess);
+    ranks_sync(&rs);
+    for (int r = 0; r < n; r++) {
+      ck_assert_int_eq(cudaMemcpy(host, ar[r], count * sizeof(float), cudaMemcpyDeviceToHost),
+                       cudaSuccess);
+      for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++) want += input(q + rep, i);
+        ck_assert_msg(host[i] == (float)want,
+                      "replay %d, %d ranks: AllReduce rank %d [%zu] = %g, "
+                      "expected %g",
+                      rep, n, r, i, (double)host[i], want);
+      }
+      ck_assert_int_eq(
+          cudaMemcpy(host, ag[r], count * (size_t)n * sizeof(float), cudaMemcpyDeviceToHost),
+          cudaSuccess);
+      for (int q = 0; q < n; q++)
+        for (size_t i = 0; i < count; i++)
+          ck_assert_msg(host[(size_t)q * count + i] == input(q + 2 * rep, i),
+                        "replay %d: AllGather rank %d block %d [%zu] = %g", rep, r, q, i,
+                        (double)host[(size_t)q * count + i]);
+      ck_assert_int_eq(cudaMemcpy(host, rsout[r], count * sizeof(float), cudaMemcpyDeviceToHost),
+                       cudaSuccess);
+      for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++) want += input(q, (size_t)r * count + i);
+        ck_assert_msg(host[i] == (float)want,
+                      "replay %d: ReduceScatter rank %d [%zu] = %g, "
+                      "expected %g",
+                      rep, r, i, (double)host[i], want);
+      }
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    cudaGraphExecDestroy(execs[r]);
+    cudaGraphDestroy(graphs[r]);
+    cudaFree(ar[r]);
+    cudaFree(ag[r]);
+    cudaFree(rsin[r]);
+    cudaFree(rsout[r]);
   }
   free(host);
   ranks_close(&rs);
@@ -221,6 +339,7 @@ int main(void) {
   int nn = (int)(sizeof(nranks_of) / sizeof(nranks_of[0]));
   tcase_add_loop_test(tc, allreduce, 0, nn);
   tcase_add_loop_test(tc, allgather_broadcast, 0, nn);
+  tcase_add_loop_test(tc, group_one_launch, 0, nn);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -110,6 +110,7 @@ struct ranks {
   struct weft_dev_inbox inbox[MAXR];
   struct weft_dev_conns conns[MAXR];
   cudaStream_t streams[MAXR];
+  struct weft_dev_wait_diag *diag[MAXR]; /* host-mapped, as the engine's */
 };
 
 /* Every rank's inbox on GPU 0, and its link tables through the others'. */
@@ -119,6 +120,8 @@ static void ranks_open(struct ranks *rs, int n, int nchannels) {
   /* As the engine does: no hidden cross-stream waits in the pool, or one
    * rank's PreMulSum copy could wait for another rank's kernel. */
   ck_assert_int_eq(weft_dev_pool_no_hidden_waits(0), ncclSuccess);
+  /* As the engine does: no lazy kernel load waiting for a spinning kernel. */
+  ck_assert_int_eq(weft_dev_load_kernels(), ncclSuccess);
   for (int r = 0; r < n; r++) {
     /* The tree uses two channels per lane pair. */
     ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, &rs->inbox[r]), ncclSuccess);
@@ -126,6 +129,9 @@ static void ranks_open(struct ranks *rs, int n, int nchannels) {
   }
   for (int r = 0; r < n; r++) {
     ck_assert_int_eq(weft_dev_conns_build(&rs->inbox[r], bases, r, &rs->conns[r]), ncclSuccess);
+    CUDA_OK(cudaHostAlloc((void **)&rs->diag[r], sizeof(*rs->diag[r]), cudaHostAllocMapped));
+    memset(rs->diag[r], 0, sizeof(*rs->diag[r]));
+    CUDA_OK(cudaHostGetDevicePointer((void **)&rs->conns[r].diag, rs->diag[r], 0));
     if (getenv("WEFT_GPU_PLAN_TIMEOUT_MS"))
       rs->conns[r].timeout_ns = strtoull(getenv("WEFT_GPU_PLAN_TIMEOUT_MS"), NULL, 10) * 1000000ull;
     CUDA_OK(cudaStreamCreateWithFlags(&rs->streams[r], cudaStreamNonBlocking));
@@ -137,6 +143,7 @@ static void ranks_close(struct ranks *rs) {
     cudaStreamDestroy(rs->streams[r]);
     weft_dev_conns_destroy(&rs->conns[r]);
     weft_dev_inbox_destroy(&rs->inbox[r]);
+    cudaFreeHost(rs->diag[r]);
   }
 }
 
@@ -177,15 +184,23 @@ static void launch_all(struct ranks *rs, const struct job *j, void *const *in, v
                        ncclSuccess);
 }
 
-static void wait_all(struct ranks *rs, const struct job *j) {
+/* name: the job, for the message of a timeout. */
+static void wait_all_named(struct ranks *rs, const char *name) {
   CUDA_OK(cudaDeviceSynchronize());
   for (int r = 0; r < rs->n; r++) {
     int failed = 0, who = -1;
     ck_assert_int_eq(weft_dev_conns_error(&rs->conns[r], rs->streams[r], &failed, &who),
                      ncclSuccess);
-    ck_assert_msg(!failed, "%s on %d ranks, count %zu: rank %d timed out waiting",
-                  weft_func_name(j->func), rs->n, j->count, who);
+    char what[256];
+    if (failed) weft_dev_wait_describe(rs->diag[r], rs->conns[r].nslots, what, sizeof(what));
+    ck_assert_msg(!failed, "%s on %d ranks: rank %d timed out: %s", name, rs->n, who, what);
   }
+}
+
+static void wait_all(struct ranks *rs, const struct job *j) {
+  char name[96];
+  snprintf(name, sizeof(name), "%s of count %zu", weft_func_name(j->func), j->count);
+  wait_all_named(rs, name);
 }
 
 static double reference(const struct job *j, int n, void *const *hin, size_t k, int r) {
@@ -408,7 +423,8 @@ START_TEST(ll_ring_others) {
 END_TEST
 
 /* An LL receive whose sender never runs: the wait gives up after the
- * timeout, the error word names the rank that waited, the kernel ends. */
+ * timeout, the error word names the rank that waited, the wait's report
+ * names the link, the kernel ends. */
 START_TEST(ll_timeout) {
   struct ranks rs;
   ranks_open(&rs, 2, 1);
@@ -435,6 +451,15 @@ START_TEST(ll_timeout) {
   int failed = 0, who = -1;
   ck_assert_int_eq(weft_dev_conns_error(&rs.conns[0], rs.streams[0], &failed, &who), ncclSuccess);
   ck_assert_msg(failed && who == 0, "LL wait without a sender: failed %d, rank %d", failed, who);
+  /* The report names the link: rank 0's LL receive from rank 1. */
+  const struct weft_dev_wait_diag *d = rs.diag[0];
+  ck_assert_msg(d->claimed && d->dir == WEFT_DEV_WAIT_DATA && d->peer == 1 && d->channel == 0 &&
+                    d->proto == WEFT_PROTO_LL,
+                "LL wait without a sender: diag claimed %u dir %u peer %d channel %d proto %u",
+                d->claimed, d->dir, d->peer, d->channel, d->proto);
+  char what[256];
+  weft_dev_wait_describe(d, rs.conns[0].nslots, what, sizeof(what));
+  ck_assert_msg(strstr(what, "a receive from rank 1") != NULL, "description: %s", what);
   for (int r = 0; r < 2; r++) {
     weft_dev_plan_free(&plans[r]);
     cudaFree(in[r]);
@@ -729,7 +754,7 @@ static void run_xjob(struct ranks *rs, const struct xjob *j) {
   for (int r = 0; r < n; r++) xjob_launch(rs, r, j, &plans[r], din[r], dout[r], cin, dscalar[r]);
   char name[160];
   xjob_name(j, n, name, sizeof(name));
-  wait_all(rs, &(struct job){.func = j->func, .count = j->count});
+  wait_all_named(rs, name);
   unsigned char sc[8];
   scalar_of(j->dt, sc);
   char *want = malloc(cout * es + 1), *got = malloc(cout * es + 1), *first = malloc(cout * es + 1);
@@ -782,6 +807,136 @@ static void run_xgrid(int n, struct xjob base, const ncclDataType_t *dts, const 
       }
   ranks_close(&rs);
 }
+
+/* A group's collectives fused into one launch per rank, as the engine
+ * launches consecutive collectives of a group: different functions,
+ * datatypes, ops, channel counts and algorithms (so different CTA counts)
+ * run in order in one kernel; launched twice with the same barrier words,
+ * which must reset between launches; Simple and LL. */
+#define NFUSED 5
+static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
+  const int n = rs->n;
+  const struct job jobs[NFUSED] = {
+      {.func = WEFT_FUNC_ALLREDUCE,
+       .dt = ncclFloat32,
+       .op = ncclSum,
+       .count = 100003,
+       .nchannels = 4,
+       .chunk_bytes = 1u << 20},
+      {.func = WEFT_FUNC_ALLGATHER,
+       .dt = ncclInt32,
+       .op = ncclSum,
+       .count = 777,
+       .nchannels = 2,
+       .chunk_bytes = 1u << 20},
+      {.func = WEFT_FUNC_REDUCESCATTER,
+       .dt = ncclFloat32,
+       .op = ncclMax,
+       .count = 5000,
+       .nchannels = 1,
+       .chunk_bytes = 1u << 20},
+      {.func = WEFT_FUNC_ALLREDUCE,
+       .tree = 1,
+       .dt = ncclFloat64,
+       .op = ncclAvg,
+       .count = 3001,
+       .nchannels = 2,
+       .chunk_bytes = 1u << 20},
+      {.func = WEFT_FUNC_BROADCAST,
+       .dt = ncclFloat16,
+       .op = ncclSum,
+       .root = n - 1,
+       .count = 999,
+       .nchannels = 3,
+       .chunk_bytes = 1u << 20},
+  };
+  int ring[MAXR];
+  for (int r = 0; r < n; r++) ring[r] = r;
+  void *hin[NFUSED][MAXR], *din[NFUSED][MAXR], *dout[NFUSED][MAXR];
+  struct weft_dev_plan plans[NFUSED][MAXR];
+  for (int k = 0; k < NFUSED; k++) {
+    const struct job *j = &jobs[k];
+    size_t cin, cout, es = dt_size(j->dt);
+    sizes(j, n, &cin, &cout);
+    for (int r = 0; r < n; r++) {
+      struct weft_sched_args a = {.func = j->func,
+                                  .rank = r,
+                                  .nranks = n,
+                                  .root = j->root,
+                                  .count = j->count,
+                                  .elem_size = es,
+                                  .nchannels = j->nchannels,
+                                  .chunk_bytes = j->chunk_bytes,
+                                  .ring = ring};
+      struct weft_plan p;
+      ck_assert_int_eq(j->tree ? weft_tree_plan(&a, &p) : weft_ring_plan(&a, &p), ncclSuccess);
+      ck_assert_int_eq(weft_dev_plan_upload(&p, rs->streams[r], &plans[k][r]), ncclSuccess);
+      plans[k][r].proto = proto;
+      weft_plan_free(&p);
+      hin[k][r] = malloc(cin * es + 1);
+      for (size_t i = 0; i < cin; i++) put(j->dt, hin[k][r], i, r);
+      CUDA_OK(cudaMalloc(&din[k][r], cin * es + 1));
+      CUDA_OK(cudaMalloc(&dout[k][r], cout * es + 1));
+      CUDA_OK(cudaMemcpy(din[k][r], hin[k][r], cin * es, cudaMemcpyHostToDevice));
+      CUDA_OK(cudaMemset(dout[k][r], 0xff, cout * es));
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+  for (int rep = 0; rep < 2; rep++)
+    for (int r = 0; r < n; r++) {
+      struct weft_dev_fused_coll fc[NFUSED];
+      for (int k = 0; k < NFUSED; k++)
+        fc[k] = (struct weft_dev_fused_coll){&plans[k][r], din[k][r], dout[k][r], jobs[k].dt,
+                                             jobs[k].op};
+      ck_assert_int_eq(weft_dev_fused_launch(fc, NFUSED, &rs->conns[r], barrier[r], rs->streams[r]),
+                       ncclSuccess);
+    }
+  char name[64];
+  snprintf(name, sizeof(name), "%s fused launch of %d collectives",
+           proto == WEFT_PROTO_LL ? "LL" : "Simple", NFUSED);
+  wait_all_named(rs, name);
+  for (int k = 0; k < NFUSED; k++) {
+    const struct job *j = &jobs[k];
+    size_t cin, cout, es = dt_size(j->dt);
+    sizes(j, n, &cin, &cout);
+    void *hout = malloc(cout * es + 1);
+    const double tol = j->dt == ncclFloat64 ? 1e-12 : 1e-6;
+    for (int r = 0; r < n; r++) {
+      CUDA_OK(cudaMemcpy(hout, dout[k][r], cout * es, cudaMemcpyDeviceToHost));
+      size_t bad = cout;
+      double want = 0, got = 0;
+      for (size_t i = 0; i < cout && bad == cout; i++) {
+        want = reference(j, n, hin[k], i, r);
+        got = get(j->dt, hout, i);
+        if (!(fabs(got - want) <= tol * fmax(1.0, fabs(want)))) bad = i;
+      }
+      ck_assert_msg(bad == cout,
+                    "%s, collective %d (%s%s), %d ranks: rank %d element %zu is %g, "
+                    "expected %g",
+                    name, k, j->tree ? "tree " : "", weft_func_name(j->func), n, r, bad, got, want);
+    }
+    free(hout);
+    for (int r = 0; r < n; r++) {
+      weft_dev_plan_free(&plans[k][r]);
+      cudaFree(din[k][r]);
+      cudaFree(dout[k][r]);
+      free(hin[k][r]);
+    }
+  }
+}
+
+START_TEST(fused) {
+  struct ranks rs;
+  unsigned *barrier[MAXR];
+  ranks_open(&rs, rank_counts[_i], 4);
+  for (int r = 0; r < rs.n; r++)
+    ck_assert_int_eq(weft_dev_barrier_create(&barrier[r]), ncclSuccess);
+  fused_run(&rs, WEFT_PROTO_SIMPLE, barrier);
+  fused_run(&rs, WEFT_PROTO_LL, barrier);
+  for (int r = 0; r < rs.n; r++) weft_dev_barrier_destroy(barrier[r]);
+  ranks_close(&rs);
+}
+END_TEST
 
 /* fp8 on the ring: exact sums, -0 and +0, and saturation past the largest
  * finite value (e5m2 never makes an inf). */
@@ -1051,6 +1206,7 @@ int main(void) {
   tcase_add_loop_test(ops_tc, fp8_ring, 0, nrank_counts);
   tcase_add_loop_test(ops_tc, premul, 0, nrank_counts);
   tcase_add_loop_test(ops_tc, direct, 0, nrank_counts);
+  tcase_add_loop_test(ops_tc, fused, 0, nrank_counts);
   tcase_add_loop_test(ops_tc, p2p_ring, 0, nrank_counts);
   tcase_add_loop_test(ops_tc, p2p_alltoall, 0, 2);
   tcase_add_loop_test(ops_tc, p2p_size_mismatch, 0, 2);

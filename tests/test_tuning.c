@@ -1,4 +1,4 @@
-/* Unit tests of src/sched/tuning.c's protocol choice. A communicator is
+/* Unit tests of src/sched/tuning.c's protocol and channel choice. A communicator is
  * faked (ranks on one host, host or CUDA engine). NCCL_ALGO and NCCL_PROTO
  * are read once per process, so every test runs in a process of its own
  * (Check's fork mode) and sets them before its first weft_tune.
@@ -6,7 +6,9 @@
  * and chunk a CUDA rank gets; the CUDA engine's model gives Simple at every
  * size (LL measured no faster, see tuning.c); NCCL_PROTO forces either; a
  * list with only LL128 falls back to the model; a send and a receive get
- * LL only when NCCL_PROTO allows nothing else for both. */
+ * LL only when NCCL_PROTO allows nothing else for both; channels default
+ * to 2 on host ranks and 8 on the CUDA engine, NCCL_MAX_NCHANNELS sets
+ * both, and the CUDA engine's lanes fit the GPU's SMs. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,8 @@ START_TEST(host_runs_simple) {
   /* Direct is the CUDA engine's only when asked for; name the rest so
    * both engines choose among the same algorithms. */
   setenv("NCCL_ALGO", "Ring,Tree", 1);
+  /* Same channel ceiling for both (their defaults differ: channels_default). */
+  setenv("NCCL_MAX_NCHANNELS", "2", 1);
   const size_t sizes[] = {0, 4, 4096, 65536, 1u << 20, 64u << 20};
   for (int f = WEFT_FUNC_ALLREDUCE; f <= WEFT_FUNC_REDUCE; f++)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -136,6 +140,54 @@ START_TEST(p2p_both_sides) {
 }
 END_TEST
 
+/* Without NCCL_MAX_NCHANNELS host ranks use up to 2 channels and the CUDA
+ * engine up to 8, growing with the message. */
+START_TEST(channels_default) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 2);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 8);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 3u << 20).nchannels, 3);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 4096).nchannels, 1);
+  ck_assert_int_eq(weft_tune_max_channels(0), 2);
+  ck_assert_int_eq(weft_tune_max_channels(1), 8);
+}
+END_TEST
+
+/* NCCL_MAX_NCHANNELS sets both engines' ceiling. */
+START_TEST(channels_env) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("NCCL_MAX_NCHANNELS", "5", 1);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 5);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 5);
+  ck_assert_int_eq(weft_tune_max_channels(1), 5);
+}
+END_TEST
+
+/* The CUDA engine's lanes must all run at once with the other ranks' on
+ * the GPU: a ring gets at most cuda_max_lanes channels, a tree (4 lanes a
+ * channel) a quarter of that, and never fewer than one. */
+static int lanes_capped(int max_lanes, const char *algo) {
+  setenv("NCCL_ALGO", algo, 1); /* read once: one algorithm a test */
+  struct ncclComm c = fake_comm(8, 0);
+  c.cuda_max_lanes = max_lanes;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, WEFT_FUNC_ALLREDUCE, 256u << 20, 4, &t), ncclSuccess);
+  return t.nchannels;
+}
+
+START_TEST(channels_fit_ring) {
+  ck_assert_int_eq(lanes_capped(132 / 8, "Ring"), 8);
+  ck_assert_int_eq(lanes_capped(132 / 32, "Ring"), 4);
+  ck_assert_int_eq(lanes_capped(1, "Ring"), 1);
+}
+END_TEST
+
+START_TEST(channels_fit_tree) {
+  ck_assert_int_eq(lanes_capped(132 / 8, "Tree"), 4);
+  ck_assert_int_eq(lanes_capped(132 / 32, "Tree"), 1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tuning");
   TCase *tc = tcase_create("proto");
@@ -149,6 +201,10 @@ int main(void) {
   tcase_add_test(tc, ll128_only);
   tcase_add_test(tc, p2p_one_side);
   tcase_add_test(tc, p2p_both_sides);
+  tcase_add_test(tc, channels_default);
+  tcase_add_test(tc, channels_env);
+  tcase_add_test(tc, channels_fit_ring);
+  tcase_add_test(tc, channels_fit_tree);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* Each test in its own process: the environment is read once. */

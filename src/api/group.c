@@ -10,8 +10,10 @@
  * in. ncclGroupSimulateEnd does the tuning only and sums its estimates.
  *
  * A communicator on the CUDA engine (comm->host_engine == 0) gets the same
- * plans, launched on each call's stream; ncclGroupEnd then returns without
- * waiting for them (NCCL's stream semantics). So does a staged one
+ * plans, launched on the calls' streams: consecutive collectives of one
+ * communicator share one kernel (launch_cuda_colls), its sends and
+ * receives another; ncclGroupEnd then returns without waiting for them
+ * (NCCL's stream semantics). So does a staged one
  * (comm->staged): its tasks go to the host engine with their copies through
  * host memory queued on the calls' streams (exec/cuda_staged.c). */
 #include "api/group.h"
@@ -137,30 +139,78 @@ static size_t coll_bytes(const struct weft_coll *coll) {
   return coll->count * weft_dtype_size(coll->datatype);
 }
 
-/* Plans one collective of a CUDA-engine communicator and launches it on the
- * call's stream; returns without waiting. */
-static ncclResult_t launch_cuda_coll(struct group_task *t, struct weft_tuning *tune) {
+/* A collective of a CUDA-engine communicator, tuned and planned. */
+static ncclResult_t cuda_call(struct group_task *t, struct weft_cuda_call *out) {
   struct ncclComm *comm = t->comm;
   const struct weft_coll *coll = &t->coll;
+  struct weft_tuning tune;
+  WEFT_CHECK(weft_tune(comm, coll->func, coll_bytes(coll), weft_dtype_size(coll->datatype), &tune));
   int max_ch = weft_cuda_engine_max_channels(comm);
-  struct weft_sched_args args = {
-      .func = coll->func,
-      .rank = comm->rank,
-      .nranks = comm->nranks,
-      .root = coll->root,
-      .count = coll->count,
-      .elem_size = weft_dtype_size(coll->datatype),
-      .nchannels = tune->nchannels < max_ch ? tune->nchannels : max_ch,
-      .chunk_bytes = tune->chunk_bytes,
-      .ring = comm->ring_order,
+  *out = (struct weft_cuda_call){
+      .coll = coll,
+      .args = {.func = coll->func,
+               .rank = comm->rank,
+               .nranks = comm->nranks,
+               .root = coll->root,
+               .count = coll->count,
+               .elem_size = weft_dtype_size(coll->datatype),
+               .nchannels = tune.nchannels < max_ch ? tune.nchannels : max_ch,
+               .chunk_bytes = tune.chunk_bytes,
+               .ring = comm->ring_order},
+      .algo = tune.algo,
+      .proto = tune.proto,
+      .stream = t->stream,
   };
+  return ncclSuccess;
+}
+
+/* Whether a collective can share a kernel with others: PreMulSum and a
+ * Direct AllReduce launch kernels of their own around the plan's. */
+static int cuda_fusable(const struct group_task *t, const struct weft_cuda_call *c) {
+  return !t->redop.premul_sum && !(c->algo == WEFT_ALGO_DIRECT && t->comm->nranks > 1);
+}
+
+/* Launches calls[0..n) of comm: one alone as weft_cuda_engine_launch does,
+ * more as one kernel. Returns without waiting. */
+static ncclResult_t launch_cuda_run(struct ncclComm *comm, const struct group_task *t,
+                                    const struct weft_cuda_call *calls, int n) {
+  if (n == 0) return ncclSuccess;
+  if (n > 1) return weft_cuda_engine_launch_fused(comm, calls, n);
   /* A device scalar stays a pointer: the kernel reads it when it runs. */
   struct weft_cuda_premul premul = {.dev_ptr = t->redop.scalar_ptr};
   memcpy(premul.value, t->redop.value, sizeof(premul.value));
-  ncclResult_t res = weft_cuda_engine_launch(comm, coll, &args, tune->algo, tune->proto,
-                                             t->redop.premul_sum ? &premul : NULL, t->stream);
-  comm->op_seq++;
-  return res;
+  return weft_cuda_engine_launch(comm, calls->coll, &calls->args, calls->algo, calls->proto,
+                                 t->redop.premul_sum ? &premul : NULL, calls->stream);
+}
+
+/* The collectives of a CUDA-engine communicator in the group, from
+ * tasks[first] on, in call order: each run of consecutive ones that can
+ * share a kernel (cuda_fusable, one protocol, at most WEFT_CUDA_FUSE_MAX)
+ * is one launch; the others launch alone. Every rank sees the same calls
+ * and tunes them alike, so every rank fuses the same runs. */
+static ncclResult_t launch_cuda_colls(struct ncclComm *comm, size_t first) {
+  struct weft_cuda_call run[WEFT_CUDA_FUSE_MAX];
+  const struct group_task *run_first = NULL;
+  int nrun = 0;
+  for (size_t i = first; i < ntasks; i++) {
+    struct group_task *t = &tasks[i];
+    if (t->comm != comm || is_p2p(t)) continue;
+    struct weft_cuda_call c;
+    WEFT_CHECK(cuda_call(t, &c));
+    int fusable = cuda_fusable(t, &c);
+    if (nrun > 0 && (!fusable || c.proto != run[0].proto || nrun == WEFT_CUDA_FUSE_MAX)) {
+      WEFT_CHECK(launch_cuda_run(comm, run_first, run, nrun));
+      nrun = 0;
+    }
+    comm->op_seq++;
+    if (!fusable) {
+      WEFT_CHECK(launch_cuda_run(comm, t, &c, 1));
+      continue;
+    }
+    if (nrun == 0) run_first = t;
+    run[nrun++] = c;
+  }
+  return launch_cuda_run(comm, run_first, run, nrun);
 }
 
 /* Tunes, plans and queues one collective on its communicator. */
@@ -170,7 +220,6 @@ static ncclResult_t enqueue_coll(struct group_task *t) {
   size_t elem = weft_dtype_size(coll->datatype);
   struct weft_tuning tune;
   WEFT_CHECK(weft_tune(comm, coll->func, coll_bytes(coll), elem, &tune));
-  if (!comm->host_engine) return launch_cuda_coll(t, &tune);
   struct weft_sched_args args = {
       .func = coll->func,
       .rank = comm->rank,
@@ -352,13 +401,14 @@ static ncclResult_t enqueue_p2p(struct ncclComm *comm, size_t first, size_t nops
 static ncclResult_t enqueue_comm(size_t first) {
   struct ncclComm *comm = tasks[first].comm;
   size_t np2p = 0;
+  if (!comm->host_engine) WEFT_CHECK(launch_cuda_colls(comm, first));
   for (size_t i = first; i < ntasks; i++) {
     if (tasks[i].comm != comm) continue;
     if (is_p2p(&tasks[i])) {
       np2p++;
       continue;
     }
-    WEFT_CHECK(enqueue_coll(&tasks[i]));
+    if (comm->host_engine) WEFT_CHECK(enqueue_coll(&tasks[i]));
   }
   if (np2p > 0) WEFT_CHECK(enqueue_p2p(comm, first, np2p));
   return ncclSuccess;

@@ -227,7 +227,13 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
-  if (abort) atomic_store(&comm->abort_flag, 1);
+  if (abort) {
+    atomic_store(&comm->abort_flag, 1);
+    /* Streams and kernels stop waiting before anything below waits on
+     * them (exec/cuda_staged.h, exec/cuda.h). */
+    weft_cuda_staged_abort(comm);
+    weft_cuda_engine_abort(comm);
+  }
   if (comm->host != NULL) weft_host_engine_destroy(comm);
   weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
   weft_cuda_engine_destroy(comm, abort);

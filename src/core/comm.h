@@ -59,6 +59,9 @@ struct ncclComm {
   struct weft_host_engine *host;
   /* host_engine == 0: this rank's inbox, links and cached plans. */
   struct weft_cuda_engine *cuda;
+  /* CTAs one launch of the CUDA engine may use: the device's SMs shared
+   * by the ranks on it, whose kernels must all run at once (0: no engine). */
+  int cuda_max_lanes;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

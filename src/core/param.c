@@ -57,6 +57,11 @@ int64_t weft_param_int(enum weft_int_param id) {
   return int_rows[id].value;
 }
 
+int weft_param_is_set(enum weft_int_param id) {
+  pthread_once(&load_once, load_all);
+  return int_rows[id].set;
+}
+
 const char *weft_param_str(enum weft_str_param id) {
   pthread_once(&load_once, load_all);
   return str_rows[id].value;

@@ -53,6 +53,9 @@ enum weft_str_param { WEFT_STR_PARAMS(WEFT_PARAM_ENUM) WEFT_STR_PARAM_COUNT };
 /* Value of a parameter: the environment's if set and valid, else the default.
  * Read once per process (the first call), like NCCL. */
 int64_t weft_param_int(enum weft_int_param id);
+/* Whether the environment set id (to a valid integer), rather than the
+ * default applying. */
+int weft_param_is_set(enum weft_int_param id);
 const char *weft_param_str(enum weft_str_param id);
 
 /* Prints every parameter and its value at INFO/ENV (once per process). */

@@ -3,6 +3,9 @@
  * copied to the device. */
 #include <stdint.h>
 
+#include <stdio.h>
+#include <string.h>
+
 #include "device/dev_check.cuh"
 #include "device/device.h"
 
@@ -118,6 +121,39 @@ extern "C" ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns,
   *failed_out = v != 0;
   *rank_out = WEFT_DEV_ERROR_RANK(v); /* the high bits say why (device.h) */
   return ncclSuccess;
+}
+
+extern "C" void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int nslots, char *buf,
+                                       size_t len) {
+  /* Host-mapped and written by the device: read once, as it stands. */
+  weft_dev_wait_diag v;
+  memcpy(&v, (const void *)d, sizeof(v));
+  const char *proto = v.proto == WEFT_PROTO_LL ? "LL" : "Simple";
+  if (!v.claimed || nslots <= 0)
+    snprintf(buf, len, "no wait recorded its state");
+  else if (v.dir == WEFT_DEV_WAIT_GROUP)
+    snprintf(buf, len,
+             "CTA %u of a group's fused launch waited for the other CTAs between two "
+             "collectives (one of them did not finish its part)",
+             v.lane);
+  else if (v.dir == WEFT_DEV_WAIT_FREE)
+    snprintf(buf, len,
+             "a send to rank %d (channel %d, CTA %u, %s) waited for slot position %llu to be "
+             "free; rank %d had consumed %llu slots of that link",
+             v.peer, v.channel, v.lane, proto, (unsigned long long)v.pos, v.peer,
+             (unsigned long long)v.seen);
+  else if (v.proto == WEFT_PROTO_LL)
+    snprintf(buf, len,
+             "a receive from rank %d (channel %d, CTA %u, LL) waited for slot position %llu: a "
+             "line had flag %llu, not %llu",
+             v.peer, v.channel, v.lane, (unsigned long long)v.pos, (unsigned long long)v.seen,
+             (unsigned long long)(v.pos / (uint64_t)nslots + 1));
+  else
+    snprintf(buf, len,
+             "a receive from rank %d (channel %d, CTA %u, Simple) waited for slot position %llu; "
+             "rank %d had filled %llu slots of that link",
+             v.peer, v.channel, v.lane, (unsigned long long)v.pos, v.peer,
+             (unsigned long long)v.seen);
 }
 
 extern "C" ncclResult_t weft_dev_plan_upload(const struct weft_plan *plan, cudaStream_t stream,

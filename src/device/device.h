@@ -74,8 +74,33 @@ struct weft_dev_conns {
   /* Host-mapped word, nonzero once ncclCommAbort was called: every wait
    * gives up. NULL: none. */
   const volatile uint32_t *abort;
+  /* Where the rank's first timed-out wait is described (host-mapped);
+   * NULL: not recorded. */
+  struct weft_dev_wait_diag *diag;
   uint64_t timeout_ns; /* bound on every wait (0: 10 s) */
 };
+
+/* The first wait of a rank that timed out, as the kernel saw it: which
+ * link, which position it waited for and the counter's last value. dir is
+ * WEFT_DEV_WAIT_FREE (a send waited for the peer to free a slot: head,
+ * slots the peer consumed) or WEFT_DEV_WAIT_DATA (a receive waited for
+ * the peer's data: tail, slots the peer filled; for LL, the flag of one
+ * line) or WEFT_DEV_WAIT_GROUP (a fused launch's CTA waited for the others
+ * between two collectives). claimed is set by the one wait that writes it. */
+enum { WEFT_DEV_WAIT_FREE = 1, WEFT_DEV_WAIT_DATA = 2, WEFT_DEV_WAIT_GROUP = 3 };
+struct weft_dev_wait_diag {
+  uint32_t claimed;
+  uint32_t dir;
+  int32_t peer;
+  int32_t channel;
+  uint32_t lane; /* the CTA (the plan's lane) */
+  uint32_t proto;
+  uint64_t pos;  /* the slot position awaited */
+  uint64_t seen; /* the counter (or LL flag) last read */
+};
+
+/* One line saying what a timed-out wait saw (nslots: the inbox's). */
+void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int nslots, char *buf, size_t len);
 
 /* Stream-ordered allocations (plans, PreMulSum inputs, p2p tables) come
  * from dev's default pool, which by default may hand one stream memory
@@ -84,6 +109,14 @@ struct weft_dev_conns {
  * A's allocation waits for rank B's kernel, which waits for rank A's), so
  * this limits reuse to frees the stream already follows. */
 ncclResult_t weft_dev_pool_no_hidden_waits(int dev);
+
+/* Loads every kernel of the engine into the current device's context.
+ * CUDA loads a kernel at its first launch by default (lazy loading), and
+ * loading may wait for the kernels already running: a rank's first launch
+ * of a kernel would then wait for a peer's kernel that spins until this
+ * rank's kernel runs. So the engine loads them all when a communicator is
+ * made, before any of its kernels can spin (NCCL does the same). */
+ncclResult_t weft_dev_load_kernels(void);
 
 /* Allocates and zeroes an inbox on the current device. */
 ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, struct weft_dev_inbox *out);
@@ -180,6 +213,35 @@ ncclResult_t weft_dev_scale(void *dst, const void *src, size_t count, ncclDataTy
 ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank, int nranks,
                                     const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream);
+
+/* ---- A group's collectives in one launch -------------------------------- */
+
+/* Collectives one fused launch carries (its kernel parameters hold them). */
+#define WEFT_DEV_FUSE_MAX 32
+
+/* One collective of a fused launch: its uploaded plan (whose proto is the
+ * launch's), buffers, datatype and built-in op. */
+struct weft_dev_fused_coll {
+  const struct weft_dev_plan *plan;
+  const void *sendbuff;
+  void *recvbuff;
+  ncclDataType_t datatype;
+  ncclRedOp_t op;
+};
+
+/* Two words in device memory, zeroed: the barrier between the collectives
+ * of a fused launch. One per rank (its launches run one after another). */
+ncclResult_t weft_dev_barrier_create(unsigned **out);
+void weft_dev_barrier_destroy(unsigned *barrier);
+
+/* Launches n (1..WEFT_DEV_FUSE_MAX) collectives of conns->rank as one
+ * kernel on stream: as many CTAs as the widest plan; the collectives run
+ * in order, each CTA running lane b of each plan that has one, every CTA
+ * waiting for all between two collectives (the next may use the same
+ * links). Every rank must fuse the same collectives in the same order. */
+ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *colls, int n,
+                                   const struct weft_dev_conns *conns, unsigned *barrier,
+                                   cudaStream_t stream);
 
 /* Buffers of a grouped send/recv launch passed in the kernel's parameters;
  * past this many they go to a device table filled in stream order. */

@@ -139,6 +139,23 @@ struct direct_launch {
   }
 };
 
+/* ---- Loading ------------------------------------------------------------ */
+
+template <typename T>
+struct local_load_type {
+  static void run(cudaError_t *err) {
+    cudaFuncAttributes a;
+    if (*err == cudaSuccess) *err = cudaFuncGetAttributes(&a, scale_kernel<T>);
+    if (*err == cudaSuccess) *err = cudaFuncGetAttributes(&a, direct_kernel<T>);
+  }
+};
+
+cudaError_t weft_local_load(void) {
+  cudaError_t err = cudaSuccess;
+  for (int dt = 0; dt < ncclNumTypes; dt++) with_type<local_load_type>((ncclDataType_t)dt, &err);
+  return err;
+}
+
 extern "C" ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank,
                                                int nranks, const void *sendbuff, void *recvbuff,
                                                size_t count, ncclDataType_t datatype,

@@ -63,7 +63,8 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const size_t n = total - so < sb ? total - so : sb;
-    if (!half_wait_free(a.x, c, pos, t, stop)) return 0;
+    if (!half_wait_free(a.x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, t, stop))
+      return 0;
     char *slot = c.slots + (pos % ns) * sb;
     if (so == 0 && t == 0) {
       ((uint64_t *)slot)[0] = (P2P_MAGIC << 48) | ((uint64_t)s.send_bytes & P2P_BYTES_MASK);
@@ -91,7 +92,7 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
   size_t total = P2P_HDR_BYTES;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const char *slot = c.slots + (pos % ns) * sb;
-    if (!half_wait_filled(a.x, c, pos, t, stop)) return 0;
+    if (!half_wait_filled(a.x, c, s.recv_peer, l.channel, pos, t, stop)) return 0;
     /* The header, read by every thread after the barrier that follows
      * thread 0's acquire of the tail (as the data is): the whole half
      * decides alike. */
@@ -178,6 +179,12 @@ static ncclResult_t p2p_table(void *const *bufs, int nbufs, cudaStream_t stream,
   }
   *table_out = table;
   return ncclSuccess;
+}
+
+cudaError_t weft_p2p_load(void) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, weft_p2p_kernel);
+  return e != cudaSuccess ? e : cudaFuncGetAttributes(&a, p2p_fill_kernel);
 }
 
 extern "C" ncclResult_t weft_dev_p2p_launch(const struct weft_dev_plan *plan,

@@ -1,72 +1,16 @@
-/* The plan executor kernel: one CTA runs one lane of one rank's plan
- * (src/sched/schedule.h) on device buffers, over device-memory FIFOs with
- * the launch's protocol: Simple (prims.cuh) or LL (proto_ll.cuh).
- *
- * A CTA splits in two halves: the first moves the step's send (wait for a
- * free slot, copy a slot's worth in, publish the tail), the second its
- * receive (wait for the tail, copy or reduce the slot into the destination,
- * publish the head), so a step that sends to one peer and receives from
- * another never waits on itself. Both ends cut a message into slots the
- * same way (the sizes on a link agree in every plan, and every rank runs
- * the launch with the same protocol), so slot boundaries match. A LOCAL
- * copy runs on the whole CTA before the send and receive.
- *
- * Waits spin on device memory, so ranks whose kernels exchange data must
- * run at the same time: streams of one context, other GPUs, or processes
- * under MPS. src/exec/cuda.c never launches this kernel between processes
- * that time-slice one GPU. Every wait is bounded (conns.timeout_ns) and a
- * timeout is reported, not hung. */
+/* Launches a rank's plan, or a group's plans fused: the checks, the
+ * kernel's arguments, and the protocol's kernel (plan_kernel.cuh, compiled
+ * in plan_simple.cu and plan_ll.cu). And loads every kernel of the engine
+ * up front. */
 #include "device/dev_check.cuh"
-#include "device/prims.cuh"
-#include "device/proto_ll.cuh"
+#include "device/plan_kernel.cuh"
 
-/* One kernel per protocol, so neither's register pressure reaches the
- * other (the kernel runs at the 128-register cap of 512 threads). */
-template <int PROTO>
-__global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x) {
-  __shared__ int stop;
-  const weft_dev_lane l = x.lanes[blockIdx.x];
-  const int tid = threadIdx.x;
-  if (tid == 0) stop = 0;
-  __syncthreads();
-  for (uint64_t i = 0; i < l.nsteps; i++) {
-    const weft_step s = x.steps[l.first + i];
-    const int div = (s.flags & WEFT_STEP_POSTOP) && x.avg ? x.conns.nranks : 0;
-    if (s.flags & WEFT_STEP_LOCAL) {
-      char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
-      const char *src = buf_of(x, l, s.local_buf, s.local_off);
-      if (dst != src || div)
-        reduce_any(x.dt, OP_COPY, dst, NULL, src, s.recv_bytes, div, tid, EXEC_THREADS);
-      __syncthreads();
-    }
-    if (tid < EXEC_HALF) {
-      if ((s.flags & WEFT_STEP_SEND) && PROTO == WEFT_PROTO_LL)
-        ll_send(x, l, s, tid, &stop);
-      else if (s.flags & WEFT_STEP_SEND)
-        exec_send(x, l, s, tid, &stop);
-    } else if (s.flags & WEFT_STEP_RECV) {
-      if (PROTO == WEFT_PROTO_LL)
-        ll_recv(x, l, s, tid - EXEC_HALF, &stop);
-      else
-        exec_recv(x, l, s, tid - EXEC_HALF, &stop);
-    }
-    __syncthreads();
-    if (stop) return;
-    /* A POSTOP on a step that names only its destination. */
-    if (div && !(s.flags & (WEFT_STEP_LOCAL | WEFT_STEP_RECV))) {
-      char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
-      reduce_any(x.dt, OP_COPY, dst, NULL, dst, s.recv_bytes, div, tid, EXEC_THREADS);
-      __syncthreads();
-    }
-  }
-}
+static const int exec_ops[] = {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_SUM};
 
-extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
-                                             const struct weft_dev_conns *conns,
-                                             const void *sendbuff, void *recvbuff,
-                                             ncclDataType_t datatype, ncclRedOp_t op,
-                                             cudaStream_t stream) {
-  static const int ops[] = {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_SUM};
+/* Whether plan can run on conns with datatype and op (WARNs why not). */
+static ncclResult_t launch_check(const struct weft_dev_plan *plan,
+                                 const struct weft_dev_conns *conns, ncclDataType_t datatype,
+                                 ncclRedOp_t op) {
   /* PreMulSum arrives here as ncclSum over an input already scaled
    * (weft_dev_scale), so only the built-in ops are left to refuse. */
   if ((int)op < 0 || (int)op >= ncclNumOps || (int)datatype < 0 || (int)datatype >= ncclNumTypes) {
@@ -83,6 +27,16 @@ extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
          conns->rank, plan->proto, conns->slot_bytes, conns->ll_slot_bytes);
     return ncclInternalError;
   }
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
+                                             const struct weft_dev_conns *conns,
+                                             const void *sendbuff, void *recvbuff,
+                                             ncclDataType_t datatype, ncclRedOp_t op,
+                                             cudaStream_t stream) {
+  ncclResult_t res = launch_check(plan, conns, datatype, op);
+  if (res != ncclSuccess) return res;
   if (plan->nlanes == 0) return ncclSuccess;
   exec_args x = {};
   x.conns = *conns;
@@ -92,12 +46,79 @@ extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
   x.bufs[0] = (char *)sendbuff;
   x.bufs[1] = (char *)recvbuff;
   x.dt = (int)datatype;
-  x.op = ops[op];
+  x.op = exec_ops[op];
   x.avg = op == ncclAvg;
   if (plan->proto == WEFT_PROTO_LL)
-    weft_plan_kernel<WEFT_PROTO_LL><<<plan->nlanes, EXEC_THREADS, 0, stream>>>(x);
+    weft_plan_launch_ll(x, plan->nlanes, stream);
   else
-    weft_plan_kernel<WEFT_PROTO_SIMPLE><<<plan->nlanes, EXEC_THREADS, 0, stream>>>(x);
+    weft_plan_launch_simple(x, plan->nlanes, stream);
   DEV_CUDA(cudaGetLastError(), "launching the plan kernel");
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *colls, int n,
+                                              const struct weft_dev_conns *conns, unsigned *barrier,
+                                              cudaStream_t stream) {
+  if (n < 1 || n > WEFT_DEV_FUSE_MAX || barrier == NULL) {
+    WARN("device engine: rank %d: a fused launch of %d collectives (1..%d, with a barrier)",
+         conns->rank, n, WEFT_DEV_FUSE_MAX);
+    return ncclInternalError;
+  }
+  fused_args a = {};
+  a.conns = *conns;
+  a.barrier = barrier;
+  a.nwork = n;
+  int nctas = 0, proto = colls[0].plan->proto;
+  for (int i = 0; i < n; i++) {
+    const weft_dev_fused_coll &c = colls[i];
+    ncclResult_t res = launch_check(c.plan, conns, c.datatype, c.op);
+    if (res == ncclSuccess && c.plan->proto != proto) {
+      WARN("device engine: rank %d: a fused launch mixes protocols %d and %d", conns->rank, proto,
+           c.plan->proto);
+      res = ncclInternalError;
+    }
+    if (res != ncclSuccess) return res;
+    fused_work &k = a.work[i];
+    k.lanes = c.plan->lanes;
+    k.steps = c.plan->steps;
+    k.scratch = c.plan->scratch;
+    k.bufs[0] = (char *)c.sendbuff;
+    k.bufs[1] = (char *)c.recvbuff;
+    k.nlanes = c.plan->nlanes;
+    k.dt = (int)c.datatype;
+    k.op = exec_ops[c.op];
+    k.avg = c.op == ncclAvg;
+    if (k.nlanes > nctas) nctas = k.nlanes;
+  }
+  if (nctas == 0) return ncclSuccess;
+  if (proto == WEFT_PROTO_LL)
+    weft_fused_launch_ll(a, nctas, stream);
+  else
+    weft_fused_launch_simple(a, nctas, stream);
+  DEV_CUDA(cudaGetLastError(), "launching the fused plan kernel");
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t weft_dev_barrier_create(unsigned **out) {
+  unsigned *b = NULL;
+  DEV_CUDA(cudaMalloc((void **)&b, 2 * sizeof(unsigned)), "allocating a launch barrier");
+  cudaError_t e = cudaMemset(b, 0, 2 * sizeof(unsigned));
+  if (e != cudaSuccess) {
+    cudaFree(b);
+    DEV_CUDA(e, "zeroing a launch barrier");
+  }
+  *out = b;
+  return ncclSuccess;
+}
+
+extern "C" void weft_dev_barrier_destroy(unsigned *barrier) {
+  if (barrier != NULL) cudaFree(barrier);
+}
+
+extern "C" ncclResult_t weft_dev_load_kernels(void) {
+  cudaError_t (*const loads[])(void) = {weft_plan_load_simple, weft_plan_load_ll, weft_p2p_load,
+                                        weft_local_load};
+  for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++)
+    DEV_CUDA(loads[i](), "loading the engine's kernels (cudaFuncGetAttributes)");
   return ncclSuccess;
 }

@@ -87,17 +87,48 @@ __device__ inline char *buf_of(const exec_args &x, const weft_dev_lane &l, unsig
 
 /* ---- Bounded waits ------------------------------------------------------- */
 
+/* Which wait a spinning thread is in, for the report of a timeout. */
+struct wait_site {
+  int dir; /* WEFT_DEV_WAIT_FREE or WEFT_DEV_WAIT_DATA */
+  int peer;
+  int channel;
+  int proto;
+  uint64_t pos;
+};
+
+/* A timed-out wait: the first one of the rank describes itself in
+ * conns.diag (before the error word, which the host reads first), then
+ * the error word names the rank and the peer. */
+__device__ inline void wait_report(const exec_args &x, const wait_site &w, uint64_t seen) {
+  weft_dev_wait_diag *d = x.conns.diag;
+  if (d != NULL && atomicCAS(&d->claimed, 0u, 1u) == 0u) {
+    d->dir = (uint32_t)w.dir;
+    d->peer = w.peer;
+    d->channel = w.channel;
+    d->lane = blockIdx.x;
+    d->proto = (uint32_t)w.proto;
+    d->pos = w.pos;
+    d->seen = seen;
+    __threadfence_system();
+  }
+  atomicCAS((unsigned long long *)x.conns.error, 0ull,
+            (unsigned long long)WEFT_DEV_ERROR_WORD(WEFT_DEV_ERR_TIMEOUT, x.conns.rank, w.peer));
+  __threadfence_system();
+}
+
 /* Called now and then by a spinning thread: 0 once the run must stop (an
  * error word set by anyone, an abort, or this wait past conns.timeout_ns,
- * which it reports). *start is 0 before the first call. */
-__device__ inline int wait_check(const exec_args &x, uint64_t *start) {
+ * which it reports with what it last saw). *start is 0 before the first
+ * call. */
+__device__ inline int wait_check(const exec_args &x, uint64_t *start, const wait_site &w,
+                                 uint64_t seen) {
   if (*(volatile uint64_t *)x.conns.error != 0) return 0;
   if (x.conns.abort != NULL && *x.conns.abort != 0) return 0;
   uint64_t t = now_ns(), limit = x.conns.timeout_ns ? x.conns.timeout_ns : 10000000000ull;
   if (*start == 0) {
     *start = t;
   } else if (t - *start > limit) {
-    atomicCAS((unsigned long long *)x.conns.error, 0ull, (unsigned long long)(x.conns.rank + 1));
+    wait_report(x, w, seen);
     return 0;
   }
   return 1;
@@ -106,44 +137,43 @@ __device__ inline int wait_check(const exec_args &x, uint64_t *start) {
 /* Spins until *p passes the bound (ready(*p)), an error elsewhere, or the
  * timeout; returns 0 when the run must stop. Thread 0 of a half only. */
 template <typename Ready>
-__device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, uint64_t *seen) {
+__device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, const wait_site &w) {
   uint64_t start = 0;
   for (unsigned spins = 0;; spins++) {
     uint64_t v = ld_acquire(p);
-    if (ready(v)) {
-      *seen = v;
-      return 1;
-    }
-    if ((spins & 1023) == 0 && !wait_check(x, &start)) return 0;
+    if (ready(v)) return 1;
+    if ((spins & 1023) == 0 && !wait_check(x, &start, w, v)) return 0;
   }
 }
 
 /* Slot waits of a half of the CTA: thread 0 spins, then the whole half
  * decides together (half_sync_any) whether to go on, so a failed wait or
- * a stop set by the other half ends every thread of it alike. 1: go on. */
+ * a stop set by the other half ends every thread of it alike. 1: go on.
+ * peer and channel name the link for a timeout's report. */
 
-/* The sending half (barrier 1): until slot pos of c is free again. */
-__device__ inline int half_wait_free(const exec_args &x, const weft_dev_link &c, uint64_t pos,
-                                     int t, int *stop) {
+/* The sending half (barrier 1): until slot pos of c (to peer) is free. */
+__device__ inline int half_wait_free(const exec_args &x, const weft_dev_link &c, int peer,
+                                     int channel, int proto, uint64_t pos, int t, int *stop) {
   int failed = 0;
   if (t == 0) {
     const uint64_t ns = (uint64_t)x.conns.nslots;
-    uint64_t h;
+    const wait_site w = {WEFT_DEV_WAIT_FREE, peer, channel, proto, pos};
     failed = !wait_for(
-        x, c.head, [=](uint64_t v) { return pos - v < ns; }, &h);
+        x, c.head, [=](uint64_t v) { return pos - v < ns; }, w);
     if (failed) *stop = 1;
   }
   return !half_sync_any(1, failed || *(volatile int *)stop);
 }
 
-/* The receiving half (barrier 2): until slot pos of c is filled. */
-__device__ inline int half_wait_filled(const exec_args &x, const weft_dev_link &c, uint64_t pos,
-                                       int t, int *stop) {
+/* The receiving half (barrier 2): until slot pos of c (from peer) is
+ * filled. */
+__device__ inline int half_wait_filled(const exec_args &x, const weft_dev_link &c, int peer,
+                                       int channel, uint64_t pos, int t, int *stop) {
   int failed = 0;
   if (t == 0) {
-    uint64_t tl;
+    const wait_site w = {WEFT_DEV_WAIT_DATA, peer, channel, WEFT_PROTO_SIMPLE, pos};
     failed = !wait_for(
-        x, c.tail, [=](uint64_t v) { return v > pos; }, &tl);
+        x, c.tail, [=](uint64_t v) { return v > pos; }, w);
     if (failed) *stop = 1;
   }
   return !half_sync_any(2, failed || *(volatile int *)stop);
@@ -190,7 +220,7 @@ __device__ inline int exec_send(const exec_args &x, const weft_dev_lane &l, cons
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t off = 0; off < s.send_bytes; off += sb, pos++) {
     size_t n = s.send_bytes - off < sb ? s.send_bytes - off : sb;
-    if (!half_wait_free(x, c, pos, t, stop)) return 0;
+    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, t, stop)) return 0;
     copy_bytes(c.slots + (pos % ns) * sb, src + off, n, t, EXEC_HALF);
     __threadfence();
     half_sync(1);
@@ -208,7 +238,7 @@ __device__ inline int exec_recv(const exec_args &x, const weft_dev_lane &l, cons
   uint64_t pos = *(volatile uint64_t *)c.head;
   for (size_t off = 0; off < s.recv_bytes; off += sb, pos++) {
     size_t n = s.recv_bytes - off < sb ? s.recv_bytes - off : sb;
-    if (!half_wait_filled(x, c, pos, t, stop)) return 0;
+    if (!half_wait_filled(x, c, s.recv_peer, l.channel, pos, t, stop)) return 0;
     recv_out(x, r, off, c.slots + (pos % ns) * sb, n, t);
     half_sync(2);
     if (t == 0) st_release(c.head, pos + 1);

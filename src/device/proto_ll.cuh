@@ -104,13 +104,13 @@ __device__ __forceinline__ void pack_store(char *p, uint64_t v, int nb, int al) 
 
 /* Polls one line until it carries flag; 0 when the run must stop (every
  * waiting thread checks the error and abort words and its own timeout). */
-__device__ __forceinline__ int ll_wait(const exec_args &x, const uint4 *line, uint32_t flag,
-                                       uint4 &v) {
+__device__ __forceinline__ int ll_wait(const exec_args &x, const wait_site &w, const uint4 *line,
+                                       uint32_t flag, uint4 &v) {
   uint64_t start = 0;
   for (unsigned spins = 1;; spins++) {
     v = ll_load(line);
     if (ll_ready(v, flag)) return 1;
-    if ((spins & 1023) == 0 && !wait_check(x, &start)) return 0;
+    if ((spins & 1023) == 0 && !wait_check(x, &start, w, v.y)) return 0;
   }
 }
 
@@ -118,8 +118,8 @@ __device__ __forceinline__ int ll_wait(const exec_args &x, const uint4 *line, ui
  * written to out (alignment al). All of a batch's loads are issued before
  * the first is checked, so lines that are already there cost one latency.
  * 0 when a wait failed. */
-__device__ inline int ll_read(const exec_args &x, const uint4 *slot, uint32_t flag, size_t n,
-                              char *out, int al, int t) {
+__device__ inline int ll_read(const exec_args &x, const wait_site &w, const uint4 *slot,
+                              uint32_t flag, size_t n, char *out, int al, int t) {
   const size_t nlines = (n + 7) / 8;
   for (size_t i = (size_t)t; i < nlines; i += (size_t)EXEC_HALF * LL_UNROLL) {
     uint4 v[LL_UNROLL];
@@ -132,7 +132,7 @@ __device__ inline int ll_read(const exec_args &x, const uint4 *slot, uint32_t fl
     for (int u = 0; u < LL_UNROLL; u++) {
       size_t k = i + (size_t)u * EXEC_HALF;
       if (k >= nlines) continue;
-      if (!ll_ready(v[u], flag) && !ll_wait(x, slot + k, flag, v[u])) return 0;
+      if (!ll_ready(v[u], flag) && !ll_wait(x, w, slot + k, flag, v[u])) return 0;
       size_t at = 8 * k;
       pack_store(out + at, ll_data(v[u]), n - at < 8 ? (int)(n - at) : 8, al);
     }
@@ -177,7 +177,7 @@ static __device__ __noinline__ int ll_send(const exec_args &x, const weft_dev_la
   uint64_t pos = *(volatile uint64_t *)c.tail;
   for (size_t off = 0; off < s.send_bytes; off += pay, pos++) {
     size_t n = s.send_bytes - off < pay ? s.send_bytes - off : pay;
-    if (!half_wait_free(x, c, pos, t, stop)) return 0;
+    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_LL, pos, t, stop)) return 0;
     ll_write((uint4 *)(c.ll + (pos % ns) * sb), ll_flag(pos, ns), src + off, n, al, t);
   }
   /* Bookkeeping only: the flags carry the data, so no fence before it. */
@@ -198,8 +198,9 @@ static __device__ __noinline__ int ll_recv(const exec_args &x, const weft_dev_la
     size_t n = s.recv_bytes - off < pay ? s.recv_bytes - off : pay;
     const uint4 *slot = (const uint4 *)(c.ll + (pos % ns) * sb);
     char *stage = c.slots + (pos % ns) * x.conns.slot_bytes;
+    const wait_site w = {WEFT_DEV_WAIT_DATA, s.recv_peer, l.channel, WEFT_PROTO_LL, pos};
     int failed =
-        !ll_read(x, slot, ll_flag(pos, ns), n, copy ? r.dst + off : stage, copy ? al : 8, t);
+        !ll_read(x, w, slot, ll_flag(pos, ns), n, copy ? r.dst + off : stage, copy ? al : 8, t);
     if (failed) *stop = 1;
     if (half_sync_any(2, failed || *(volatile int *)stop)) return 0;
     if (!copy) {

@@ -6,6 +6,7 @@
 #include "exec/cuda.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "core/comm.h"
 #include "core/param.h"
 #include "exec/reduce.h"
+#include "sched/tuning.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
@@ -23,18 +25,29 @@
 
 /* CUDA maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
  * queues (8 by default); two streams on one queue run in order. Ranks
- * sharing a GPU each have a stream and a side stream, and their kernels
- * spin on each other, so with more streams than queues a kernel (or a plan
- * upload) can sit behind one that waits for it. The variable is read when
- * the context is created, which in most programs is after this library is
- * loaded; a value the user set is kept. */
+ * sharing a GPU in one process each have a stream and a side stream, and
+ * their kernels spin on each other, so with more streams than queues a
+ * kernel (or a plan upload) can sit behind one that waits for it. The
+ * variable is read when the context is created, which in most programs is
+ * after this library is loaded; a value the user set is kept. Under MPS
+ * the server hands every client its queues from one pool, and 32 per
+ * client made the fourth client's context fail on the H200, so where an
+ * MPS pipe is found (CUDA_MPS_PIPE_DIRECTORY, or /tmp/nvidia-mps, its
+ * default) the default stays: MPS ranks are processes of their own. */
 __attribute__((constructor)) static void cuda_more_queues(void) {
+  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+  char control[4096];
+  snprintf(control, sizeof(control), "%s/control", dir != NULL && *dir ? dir : "/tmp/nvidia-mps");
+  if (access(control, F_OK) == 0) return;
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 }
 
 /* Device plans kept per communicator; past this the least recently used
  * one is freed in stream order (plans recorded into a CUDA graph stay). */
 #define PLAN_CACHE_MAX 128
+
+/* Bytes of a PCI bus id string ("00000000:00:06.0" and its NUL fit). */
+#define WEFT_BUSID_BYTES 32
 
 /* A collective's shape; for grouped send/recv func is WEFT_FUNC_SEND,
  * count the number of ops and ops_hash a hash of their list (the entry
@@ -53,6 +66,15 @@ struct plan_entry {
   int in_graph;  /* launched during a stream capture: kept until destroy */
 };
 
+/* The host-mapped words a rank's kernels share with the host: abort
+ * (kernels give up once it is set), error (device.h's error word) and the
+ * description of the first timed-out wait. */
+struct engine_flags {
+  uint64_t abort;
+  uint64_t error;
+  struct weft_dev_wait_diag diag;
+};
+
 /* What a rank tells its peers about its inbox. */
 struct inbox_card {
   int pid;
@@ -67,12 +89,12 @@ struct weft_cuda_engine {
   void **peer_bases;     /* nranks: this process's address of each peer's inbox */
   unsigned char *opened; /* nranks: peer_bases[p] is a CUDA IPC mapping */
   struct weft_dev_conns conns;
-  /* Host-mapped words: [0] abort (kernels give up when it is set), [1]
-   * error (a kernel's wait timed out: the rank + 1). */
-  uint64_t *flags;
+  /* Host-mapped: kernels read and write it while the host reads it freely. */
+  struct engine_flags *flags;
   cudaStream_t side; /* non-blocking: plan uploads and error reads */
   cudaEvent_t last;  /* recorded after each launch: destroy waits for it */
-  cudaEvent_t join;  /* orders the streams of a group's sends and receives */
+  cudaEvent_t join;  /* orders the streams of a group's calls */
+  unsigned *barrier; /* device words of the fused launches' barrier */
   struct plan_entry *plans;
   int nplans;
   uint64_t launches;
@@ -90,6 +112,47 @@ struct weft_cuda_engine {
 
 int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   return comm->cuda != NULL ? comm->cuda->conns.nchannels / 2 : 1;
+}
+
+/* How many ranks of comm run on this rank's GPU (itself included), by PCI
+ * bus id, so the same GPU counts once whatever each process calls it. */
+static ncclResult_t ranks_on_device(struct ncclComm *comm, int dev, int *out) {
+  char(*ids)[WEFT_BUSID_BYTES] = calloc((size_t)comm->nranks, WEFT_BUSID_BYTES);
+  if (ids == NULL) {
+    WARN("rank %d: out of memory exchanging PCI bus ids", comm->rank);
+    return ncclSystemError;
+  }
+  ncclResult_t res = ncclSuccess;
+  cudaError_t err = cudaDeviceGetPCIBusId(ids[comm->rank], WEFT_BUSID_BYTES, dev);
+  if (err != cudaSuccess) {
+    WARN("rank %d: CUDA engine: cudaDeviceGetPCIBusId: %s", comm->rank, cudaGetErrorString(err));
+    res = ncclUnhandledCudaError;
+  }
+  if (res == ncclSuccess) res = weft_bootstrap_allgather(comm->bootstrap, ids, WEFT_BUSID_BYTES);
+  int n = 0;
+  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++)
+    n += strncmp(ids[p], ids[comm->rank], WEFT_BUSID_BYTES) == 0;
+  free(ids);
+  *out = n;
+  return res;
+}
+
+/* Lanes (CTAs of 512 threads, one per SM) one launch may use: every rank
+ * on the GPU has a launch running at once, and their CTAs wait for each
+ * other, so together they must fit the GPU's SMs. */
+static ncclResult_t lanes_cap(struct ncclComm *comm, int dev, int *out) {
+  int sms = 0, here = 1;
+  cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err != cudaSuccess) {
+    WARN("rank %d: CUDA engine: the SM count of device %d: %s", comm->rank, dev,
+         cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  WEFT_CHECK(ranks_on_device(comm, dev, &here));
+  *out = sms / here > 0 ? sms / here : 1;
+  INFO(WEFT_INIT, "rank %d: CUDA engine: %d ranks on device %d (%d SMs): at most %d CTAs a launch",
+       comm->rank, here, dev, sms, *out);
+  return ncclSuccess;
 }
 
 /* Maps every peer's inbox into this process. */
@@ -140,6 +203,7 @@ static void engine_free(struct weft_cuda_engine *e, int nranks) {
     free(e->plans[i].ops);
   }
   weft_dev_inbox_destroy(&e->inbox);
+  weft_dev_barrier_destroy(e->barrier);
   if (e->flags != NULL) cudaFreeHost(e->flags);
   if (e->side != NULL) cudaStreamDestroy(e->side);
   if (e->last != NULL) cudaEventDestroy(e->last);
@@ -152,9 +216,6 @@ static void engine_free(struct weft_cuda_engine *e, int nranks) {
 
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   ncclResult_t res = ncclSuccess;
-  int64_t nch = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
-  if (nch < 1) nch = 1;
-  if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
   struct weft_cuda_engine *e = calloc(1, sizeof(*e));
   if (e != NULL) {
     e->peer_bases = calloc((size_t)comm->nranks, sizeof(*e->peer_bases));
@@ -169,29 +230,41 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   e->dev = comm->cuda_dev;
   weft_device_select(e->dev);
   res = weft_dev_pool_no_hidden_waits(e->dev);
+  if (res == ncclSuccess) res = weft_dev_load_kernels();
+  int max_lanes = 1;
+  if (res == ncclSuccess) res = lanes_cap(comm, e->dev, &max_lanes);
   if (res != ncclSuccess) goto err;
+  /* FIFOs for the most channels a plan can use (trees use twice as many). */
+  int nch = weft_tune_max_channels(1);
+  if (nch > max_lanes) nch = max_lanes;
+  if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
+  if (nch < 1) nch = 1;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->last, cudaEventDisableTiming), "cudaEventCreate",
             err);
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->join, cudaEventDisableTiming), "cudaEventCreate",
             err);
-  CUDA_GOTO(comm, cudaHostAlloc((void **)&e->flags, 2 * sizeof(uint64_t), cudaHostAllocMapped),
+  CUDA_GOTO(comm, cudaHostAlloc((void **)&e->flags, sizeof(*e->flags), cudaHostAllocMapped),
             "cudaHostAlloc of the abort and error words", err);
-  e->flags[0] = e->flags[1] = 0;
-  res = weft_dev_inbox_create(comm->nranks, (int)nch * 2, &e->inbox);
+  memset(e->flags, 0, sizeof(*e->flags));
+  res = weft_dev_barrier_create(&e->barrier);
+  if (res != ncclSuccess) goto err;
+  res = weft_dev_inbox_create(comm->nranks, nch * 2, &e->inbox);
   if (res != ncclSuccess) goto err;
   res = map_peers(comm, e);
   if (res != ncclSuccess) goto err;
   res = weft_dev_conns_build(&e->inbox, e->peer_bases, comm->rank, &e->conns);
   if (res != ncclSuccess) goto err;
-  uint64_t *flags_dev = NULL;
+  struct engine_flags *flags_dev = NULL;
   CUDA_GOTO(comm, cudaHostGetDevicePointer((void **)&flags_dev, e->flags, 0),
             "cudaHostGetDevicePointer of the abort and error words", err);
-  e->conns.abort = (const volatile uint32_t *)flags_dev;
-  e->conns.error = flags_dev + 1;
+  e->conns.abort = (const volatile uint32_t *)&flags_dev->abort;
+  e->conns.error = &flags_dev->error;
+  e->conns.diag = &flags_dev->diag;
   e->conns.timeout_ns = (uint64_t)weft_param_int(WEFT_PARAM_TIMEOUT) * 1000000000ull;
   comm->cuda = e;
+  comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;
 err:
   engine_free(e, comm->nranks);
@@ -199,7 +272,8 @@ err:
 }
 
 void weft_cuda_engine_abort(struct ncclComm *comm) {
-  if (comm->cuda != NULL) __atomic_store_n((uint32_t *)comm->cuda->flags, 1, __ATOMIC_RELEASE);
+  if (comm->cuda != NULL)
+    __atomic_store_n((uint32_t *)&comm->cuda->flags->abort, 1, __ATOMIC_RELEASE);
 }
 
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
@@ -207,7 +281,7 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   if (e == NULL) return;
   comm->cuda = NULL;
   weft_device_select(e->dev);
-  if (abort) __atomic_store_n((uint32_t *)e->flags, 1, __ATOMIC_RELEASE);
+  if (abort) __atomic_store_n((uint32_t *)&e->flags->abort, 1, __ATOMIC_RELEASE);
   /* Kernels still reading the inbox or the plans must end first; with the
    * abort word set they end within one poll. */
   cudaEventSynchronize(e->last);
@@ -352,6 +426,18 @@ static ncclResult_t premul_input(struct ncclComm *comm, const struct weft_coll *
   return ncclSuccess;
 }
 
+/* A launch of more CTAs than the GPU runs alongside the other ranks' could
+ * wait forever for a peer's CTA that never gets an SM: refused instead. */
+static ncclResult_t lanes_fit(const struct ncclComm *comm, const char *what, int nlanes) {
+  if (nlanes <= comm->cuda_max_lanes) return ncclSuccess;
+  WARN(
+      "rank %d: %s: this launch needs %d CTAs, but with the other ranks on its GPU at most %d "
+      "run at once; the kernels would wait for each other forever (fewer ranks per GPU, fewer "
+      "peers per group, or a lower NCCL_MAX_NCHANNELS)",
+      comm->rank, what, nlanes, comm->cuda_max_lanes);
+  return ncclInvalidUsage;
+}
+
 /* Records the launch's end on stream for destroy to wait on. */
 static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStream_t s) {
   cudaError_t err = cudaEventRecord(comm->cuda->last, s);
@@ -363,14 +449,11 @@ static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStr
   return ncclSuccess;
 }
 
-ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
-                                     const struct weft_sched_args *args, int algo, int proto,
-                                     const struct weft_cuda_premul *premul, void *stream) {
-  struct weft_cuda_engine *e = comm->cuda;
-  cudaStream_t s = (cudaStream_t)stream;
-  /* One rank has no arrivals to reduce: the ring plan's copy serves, as on
-   * the host engine. */
-  if (algo == WEFT_ALGO_DIRECT && comm->nranks == 1) algo = WEFT_ALGO_RING;
+/* The cached, uploaded plan of a collective, checked to fit the GPU and
+ * marked used on stream s. */
+static ncclResult_t coll_plan(struct ncclComm *comm, const struct weft_coll *coll,
+                              const struct weft_sched_args *args, int algo, int proto,
+                              cudaStream_t s, struct plan_entry **out) {
   struct plan_key key;
   memset(&key, 0, sizeof(key));
   key.func = (int)args->func;
@@ -384,11 +467,26 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
     key.root = args->root;
     key.chunk_bytes = args->chunk_bytes;
   }
-  weft_device_select(e->dev);
   struct plan_entry *entry;
   WEFT_CHECK(plan_get(comm, &key, args, s, &entry));
+  WEFT_CHECK(lanes_fit(comm, weft_func_name(coll->func), entry->plan.nlanes));
   entry->plan.proto = proto; /* in the key too: an entry serves one protocol */
-  plan_use(e, entry, s);
+  plan_use(comm->cuda, entry, s);
+  *out = entry;
+  return ncclSuccess;
+}
+
+ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
+                                     const struct weft_sched_args *args, int algo, int proto,
+                                     const struct weft_cuda_premul *premul, void *stream) {
+  struct weft_cuda_engine *e = comm->cuda;
+  cudaStream_t s = (cudaStream_t)stream;
+  /* One rank has no arrivals to reduce: the ring plan's copy serves, as on
+   * the host engine. */
+  if (algo == WEFT_ALGO_DIRECT && comm->nranks == 1) algo = WEFT_ALGO_RING;
+  weft_device_select(e->dev);
+  struct plan_entry *entry;
+  WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   const void *in = coll->sendbuff;
   ncclRedOp_t op = coll->op;
   void *scaled = NULL;
@@ -430,17 +528,19 @@ static uint64_t ops_hash(const struct weft_p2p *ops, int nops) {
 
 /* With fork, streams[0] waits for what is queued on every other stream;
  * without, every other stream waits for what is queued on streams[0]. One
- * event serves all: a wait takes the record made just before it. */
-static ncclResult_t streams_join(struct ncclComm *comm, const struct weft_cuda_p2p *p, int fork) {
+ * event serves all: a wait takes the record made just before it. what
+ * names the calls for an error. */
+static ncclResult_t streams_join(struct ncclComm *comm, const char *what, void *const *streams,
+                                 int nstreams, int fork) {
   cudaEvent_t ev = comm->cuda->join;
-  for (int i = 1; i < p->nstreams; i++) {
-    cudaStream_t from = (cudaStream_t)(fork ? p->streams[i] : p->streams[0]);
-    cudaStream_t to = (cudaStream_t)(fork ? p->streams[0] : p->streams[i]);
+  for (int i = 1; i < nstreams; i++) {
+    cudaStream_t from = (cudaStream_t)(fork ? streams[i] : streams[0]);
+    cudaStream_t to = (cudaStream_t)(fork ? streams[0] : streams[i]);
     cudaError_t err = cudaEventRecord(ev, from);
     if (err == cudaSuccess) err = cudaStreamWaitEvent(to, ev, 0);
     if (err != cudaSuccess) {
-      WARN("rank %d: send/recv: ordering the %d streams of the group's calls: %s", comm->rank,
-           p->nstreams, cudaGetErrorString(err));
+      WARN("rank %d: %s: ordering the %d streams of the group's calls: %s", comm->rank, what,
+           nstreams, cudaGetErrorString(err));
       return ncclUnhandledCudaError;
     }
   }
@@ -496,12 +596,46 @@ static ncclResult_t p2p_plan_get(struct ncclComm *comm, const struct weft_cuda_p
   return res;
 }
 
+ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
+                                           const struct weft_cuda_call *calls, int n) {
+  struct weft_cuda_engine *e = comm->cuda;
+  if (n < 2 || n > WEFT_CUDA_FUSE_MAX || WEFT_CUDA_FUSE_MAX > WEFT_DEV_FUSE_MAX) {
+    WARN("rank %d: CUDA engine: a fused launch of %d collectives (2..%d)", comm->rank, n,
+         WEFT_CUDA_FUSE_MAX);
+    return ncclInternalError;
+  }
+  cudaStream_t s = (cudaStream_t)calls[0].stream;
+  void *streams[WEFT_CUDA_FUSE_MAX];
+  int nstreams = 0;
+  struct weft_dev_fused_coll fc[WEFT_CUDA_FUSE_MAX];
+  weft_device_select(e->dev);
+  for (int i = 0; i < n; i++) {
+    const struct weft_cuda_call *c = &calls[i];
+    struct plan_entry *entry;
+    WEFT_CHECK(coll_plan(comm, c->coll, &c->args, c->algo, c->proto, s, &entry));
+    fc[i] = (struct weft_dev_fused_coll){&entry->plan, c->coll->sendbuff, c->coll->recvbuff,
+                                         c->coll->datatype, c->coll->op};
+    int seen = 0;
+    for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == c->stream;
+    if (!seen) streams[nstreams++] = c->stream;
+  }
+  WEFT_CHECK(streams_join(comm, "a group's collectives", streams, nstreams, 1));
+  ncclResult_t res = weft_dev_fused_launch(fc, n, &e->conns, e->barrier, s);
+  if (res != ncclSuccess) {
+    WARN("rank %d: launching %d collectives of a group as one kernel failed", comm->rank, n);
+    return res;
+  }
+  WEFT_CHECK(launch_done(comm, "a group's collectives", s));
+  return streams_join(comm, "a group's collectives", streams, nstreams, 0);
+}
+
 ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
   struct weft_cuda_engine *e = comm->cuda;
   cudaStream_t s = (cudaStream_t)p->streams[0];
   weft_device_select(e->dev);
   struct plan_entry *entry;
   WEFT_CHECK(p2p_plan_get(comm, p, s, &entry));
+  WEFT_CHECK(lanes_fit(comm, "send/recv", entry->plan.nlanes));
   void **bufs = malloc((size_t)(p->nops > 0 ? p->nops : 1) * sizeof(*bufs));
   if (bufs == NULL) {
     WARN("rank %d: send/recv: out of memory for %d buffers", comm->rank, p->nops);
@@ -509,7 +643,7 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
   }
   memcpy(bufs, p->bufs, (size_t)p->nops * sizeof(*bufs));
   char *copies = NULL;
-  ncclResult_t res = streams_join(comm, p, 1);
+  ncclResult_t res = streams_join(comm, "send/recv", p->streams, p->nstreams, 1);
   if (res == ncclSuccess) {
     plan_use(e, entry, s);
     res = stage_sends(comm, p, s, bufs, &copies);
@@ -519,7 +653,7 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
   free(bufs);
   if (res != ncclSuccess) return res;
   WEFT_CHECK(launch_done(comm, "send/recv", s));
-  return streams_join(comm, p, 0);
+  return streams_join(comm, "send/recv", p->streams, p->nstreams, 0);
 }
 
 ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
@@ -527,7 +661,7 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
   if (e == NULL) return ncclSuccess;
   /* Host memory: read without a CUDA call, so it costs nothing and works
    * while another thread captures a graph. */
-  uint64_t v = __atomic_load_n(&e->flags[1], __ATOMIC_ACQUIRE);
+  uint64_t v = __atomic_load_n(&e->flags->error, __ATOMIC_ACQUIRE);
   if (v == 0) return ncclSuccess;
   int who = WEFT_DEV_ERROR_RANK(v), peer = WEFT_DEV_ERROR_PEER(v);
   switch (WEFT_DEV_ERROR_REASON(v)) {
@@ -544,12 +678,16 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
           "the other?); the communicator has failed",
           comm->rank, who, peer);
       break;
-    default:
+    default: {
+      char what[256];
+      weft_dev_wait_describe(&e->flags->diag, e->conns.nslots, what, sizeof(what));
       WARN(
-          "rank %d: CUDA engine: a kernel wait timed out (rank %d waited %.0f s for a peer); "
-          "the communicator has failed",
-          comm->rank, who, (double)e->conns.timeout_ns / 1e9);
+          "rank %d: CUDA engine: rank %d waited %.0f s (WEFT_TIMEOUT) for rank %d: %s; a rank "
+          "that did not make the same call, or whose kernel cannot run, stops its peers; the "
+          "communicator has failed",
+          comm->rank, who, (double)e->conns.timeout_ns / 1e9, peer, what);
       break;
+    }
   }
   return ncclRemoteError;
 }
@@ -584,6 +722,14 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   (void)proto;
   (void)premul;
   (void)stream;
+  WARN("rank %d: the CUDA engine is not in this build", comm->rank);
+  return ncclInvalidUsage;
+}
+
+ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
+                                           const struct weft_cuda_call *calls, int n) {
+  (void)calls;
+  (void)n;
   WARN("rank %d: the CUDA engine is not in this build", comm->rank);
   return ncclInvalidUsage;
 }

@@ -53,6 +53,27 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
                                      const struct weft_sched_args *args, int algo, int proto,
                                      const struct weft_cuda_premul *premul, void *stream);
 
+/* Collectives one fused launch carries (the device's WEFT_DEV_FUSE_MAX). */
+#define WEFT_CUDA_FUSE_MAX 32
+
+/* One collective of a group, for a launch shared with others of its
+ * communicator: tuned and planned as weft_cuda_engine_launch's are. */
+struct weft_cuda_call {
+  const struct weft_coll *coll;
+  struct weft_sched_args args;
+  int algo;
+  int proto;
+  void *stream;
+};
+/* Launches n (2..WEFT_CUDA_FUSE_MAX) collectives of comm as one kernel on
+ * calls[0]'s stream: none a PreMulSum or a Direct AllReduce (they need
+ * kernels of their own), all of one protocol. They run in call order, one
+ * after another inside the kernel. With several streams, the first waits
+ * for the others' earlier work and they then wait for the kernel. Every
+ * rank must group the same calls; returns without waiting. */
+ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
+                                           const struct weft_cuda_call *calls, int n);
+
 /* Every send and receive of one communicator in one group. */
 struct weft_cuda_p2p {
   const struct weft_p2p *ops; /* nops: peer, direction, bytes, in call order */

@@ -21,6 +21,12 @@
  * the device, which on the launch path or on the worker could wait for a
  * stream that waits for a task this very thread has yet to queue or run.
  * Outgrown buffers wait for destroy too (they total less than live ones).
+ * A page-locked allocation is itself an implicit synchronization in CUDA
+ * (it waits for work queued on every stream of the context), so a slot
+ * grown while another rank of this process has a stream waiting for its
+ * task can stall until that task times out. Slots of STAGED_INIT_BYTES are
+ * made at init so common sizes never allocate on the launch path; growth
+ * past them says so at INFO.
  *
  * Buffers in host memory (page-locked, or pageable where the GPU reads it,
  * which the argument checks accept) are not copied by the stream:
@@ -52,6 +58,10 @@
 
 #define STAGED_ALIGN 256
 #define STAGED_MIN_BYTES ((size_t)64 << 10)
+/* Slots made at init, so common sizes never allocate on the launch path
+ * (see "Memory" above). */
+#define STAGED_INIT_SLOTS 2
+#define STAGED_INIT_BYTES ((size_t)4 << 20)
 #define STAGED_ABORT_DRAIN_MS 2000
 
 enum { W_LANDED = 0, W_RELEASED = 1 };
@@ -136,6 +146,15 @@ static int seq_reached(uint32_t a, uint32_t b) {
   return (int32_t)(a - b) >= 0;
 }
 
+/* Raises the done word to seq (never lowers it: an abort may have released
+ * every wait already, and a task that ends after must not take it back). */
+static void done_raise(struct weft_cuda_staged *st, uint32_t seq) {
+  uint32_t cur = __atomic_load_n(st->done, __ATOMIC_ACQUIRE);
+  while (!seq_reached(cur, seq) &&
+         !__atomic_compare_exchange_n(st->done, &cur, seq, 0, __ATOMIC_RELEASE, __ATOMIC_ACQUIRE)) {
+  }
+}
+
 /* ---- The worker's hooks ------------------------------------------------------ */
 
 /* Sleeps, 10 us at first, doubling up to about 0.3 ms: a wait past the
@@ -208,7 +227,7 @@ static void staged_task_done(void *ctx, ncclResult_t res, ncclResult_t usage) {
   }
   if (res == ncclSuccess) host_copies(slot, 1);
   if (res != ncclSuccess) weft_comm_set_error(comm, res);
-  __atomic_store_n(slot->st->done, seq, __ATOMIC_RELEASE);
+  done_raise(slot->st, seq);
 }
 
 /* ---- Slots ------------------------------------------------------------------- */
@@ -251,6 +270,11 @@ static ncclResult_t slot_grow(struct ncclComm *comm, struct weft_cuda_staged *st
     return ncclSystemError;
   }
   st->retired = ret;
+  if (slot->cap >= STAGED_INIT_BYTES || st->nslots > STAGED_INIT_SLOTS)
+    INFO(WEFT_INIT,
+         "rank %d: staged path: %zu bytes more of page-locked staging memory (a CUDA implicit "
+         "synchronization: it waits for every stream of this process on the device)",
+         comm->rank, cap);
   void *mem = NULL;
   cudaError_t err = cudaHostAlloc(&mem, cap, cudaHostAllocPortable);
   if (err != cudaSuccess) {
@@ -712,6 +736,11 @@ ncclResult_t weft_cuda_staged_create(struct ncclComm *comm) {
     if (err != cudaSuccess) res = cuda_fail(comm, "init", "cudaEventCreateWithFlags", err);
   }
   if (res == ncclSuccess) res = staged_probe(comm, st);
+  for (int i = 0; i < STAGED_INIT_SLOTS && res == ncclSuccess; i++) {
+    struct staged_slot *slot = NULL;
+    res = slot_new(comm, st, &slot);
+    if (res == ncclSuccess) res = slot_grow(comm, st, slot, STAGED_INIT_BYTES);
+  }
   device_leave(st, prev);
   if (res != ncclSuccess) {
     staged_free(st, 1);
@@ -719,6 +748,11 @@ ncclResult_t weft_cuda_staged_create(struct ncclComm *comm) {
   }
   comm->staged_state = st;
   return ncclSuccess;
+}
+
+void weft_cuda_staged_abort(struct ncclComm *comm) {
+  struct weft_cuda_staged *st = comm->staged_state;
+  if (st != NULL) done_raise(st, __atomic_load_n(&st->seq, __ATOMIC_ACQUIRE));
 }
 
 /* Whether every used slot's copies finished within window_ms. */
@@ -741,7 +775,7 @@ void weft_cuda_staged_destroy(struct ncclComm *comm, int abort) {
   int prev = device_enter(st);
   /* Every task has ended (the host engine is gone); a wait queued for a
    * task that never was is released here too. */
-  __atomic_store_n(st->done, st->seq, __ATOMIC_RELEASE);
+  done_raise(st, st->seq);
   int64_t window = abort ? STAGED_ABORT_DRAIN_MS : weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
   int drained = slots_drain(st, window);
   if (!drained)
@@ -759,6 +793,10 @@ void weft_cuda_staged_destroy(struct ncclComm *comm, int abort) {
 ncclResult_t weft_cuda_staged_create(struct ncclComm *comm) {
   WARN("rank %d: staging device buffers needs CUDA, which is not in this build", comm->rank);
   return ncclInvalidUsage;
+}
+
+void weft_cuda_staged_abort(struct ncclComm *comm) {
+  (void)comm;
 }
 
 void weft_cuda_staged_destroy(struct ncclComm *comm, int abort) {

@@ -23,6 +23,11 @@ ncclResult_t weft_cuda_staged_create(struct ncclComm *comm);
  * any stream still waiting, lets the streams finish their copies (bounded;
  * shorter after an abort) and frees the staging memory. */
 void weft_cuda_staged_destroy(struct ncclComm *comm, int abort);
+/* ncclCommAbort's first step: releases every stream wait of comm now, so
+ * nothing the teardown waits on (a caller still inside, an allocation
+ * that synchronizes the device) can sit behind a task that will never
+ * run. Tasks that end later cannot hold a stream back again. */
+void weft_cuda_staged_abort(struct ncclComm *comm);
 /* Queues a collective on stream: task is built as for host buffers (plan,
  * bufs naming the caller's device buffers, PreMulSum scalar); it is
  * rewritten to run on staging memory. scalar_on_device: premul_scalar is

@@ -13,7 +13,8 @@
  * The protocol matters on the CUDA engine only (host ranks run Simple):
  * there the same latency + bytes / bandwidth, with the kernels' figures per
  * protocol, weighs LL against Simple per step (LL's measured latency is
- * no lower, so it is chosen only when NCCL_PROTO forces it). */
+ * not yet established as lower, so it is chosen only when NCCL_PROTO
+ * forces it; see CUDA_LL_ALPHA_US). */
 #include "sched/tuning.h"
 
 #include <ctype.h>
@@ -34,6 +35,10 @@
 #define LOCAL_BETA 10000.0 /* one rank: a memory copy */
 
 #define DEFAULT_CHUNK (512 * 1024)
+/* Most channels without NCCL_MAX_NCHANNELS: host ranks gain little past 2
+ * (each lane is a thread); the CUDA engine's lanes are CTAs. */
+#define HOST_DEFAULT_CHANNELS 2
+#define CUDA_DEFAULT_CHANNELS 8
 /* Bytes per channel below which another channel does not pay off. */
 #define BYTES_PER_CHANNEL (1024 * 1024)
 
@@ -46,10 +51,12 @@
  * every line is flag and every line is polled. Measured on an H200 (2
  * ranks on the one GPU, one lane, 2026-11-29, tests/test_gpu_plan.c's
  * ll_speed): LL took 13.4 us against Simple's 12.8 us at 256 bytes, 19.0
- * against 13.9 at 32 KiB and 3x Simple's time from 512 KiB. LL saves
- * nothing this engine can see yet (a step's cost is the launch and the
- * wake-up, not the fence), so the model gives it Simple's latency and its
- * lower bandwidth: the model never picks it, and NCCL_PROTO=LL forces it. */
+ * against 13.9 at 32 KiB and 3x Simple's time from 512 KiB. weft-bench
+ * through the API (2 ranks, docs/PERFORMANCE.md, two separate runs) had LL
+ * ahead up to 8 KiB (15.3 against 18.7 us at 8 B) and behind from 128
+ * KiB. Until one run measures both, the model gives LL a latency just
+ * above Simple's and its lower bandwidth: it never picks LL, and
+ * NCCL_PROTO=LL forces it. */
 #define CUDA_SIMPLE_ALPHA_US 4.0
 #define CUDA_SIMPLE_BETA 100000.0 /* 100 GB/s */
 #define CUDA_LL_ALPHA_US 4.2
@@ -214,8 +221,9 @@ static double model_us(enum weft_func func, enum weft_algo algo, int n, double b
 static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha, double beta,
                                 int cuda, double *est_out) {
   unsigned mask = tuning.algo_mask[func];
-  /* The CUDA engine's Direct is new and timed out on 2 ranks in its first
-   * GPU run (docs/CUDA.md): there it runs only when NCCL_ALGO names it. */
+  /* On the CUDA engine Direct adds a second kernel (the rank-ordered
+   * reduction), keeps a group from being one launch, and has not been
+   * measured faster there: it runs only when NCCL_ALGO names it. */
   if (cuda && weft_param_str(WEFT_PARAM_ALGO) == NULL) mask &= ~(1u << WEFT_ALGO_DIRECT);
   if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree, direct: AllReduce only */
   if (mask == 0) mask = 1u << WEFT_ALGO_RING;
@@ -233,12 +241,26 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
   return best;
 }
 
-/* The tree runs its two trees on channels 2k and 2k+1, so it gets half. */
-static int pick_nchannels(size_t total_bytes, enum weft_algo algo) {
-  int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
-  int64_t hi = weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
+int weft_tune_max_channels(int cuda_engine) {
+  if (weft_param_is_set(WEFT_PARAM_MAX_NCHANNELS))
+    return (int)weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
+  return cuda_engine ? CUDA_DEFAULT_CHANNELS : HOST_DEFAULT_CHANNELS;
+}
+
+/* Channels grow with the message, between NCCL_MIN_NCHANNELS and
+ * weft_tune_max_channels. A ring lane is a channel; the tree runs 4 lanes
+ * per channel (two trees, up and down, on channels 2k and 2k+1), so it
+ * gets a quarter of the lanes. On the CUDA engine a lane is a CTA that
+ * must run alongside every peer's (comm->cuda_max_lanes). */
+static int pick_nchannels(const struct ncclComm *comm, size_t total_bytes, enum weft_algo algo) {
   if (algo == WEFT_ALGO_DIRECT) return 1; /* one lane per peer, on channel 0 */
+  int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
+  int64_t hi = weft_tune_max_channels(!comm->host_engine);
   int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
+  if (!comm->host_engine && comm->cuda_max_lanes > 0) {
+    int64_t lanes = comm->cuda_max_lanes / (algo == WEFT_ALGO_TREE ? 4 : 1);
+    if (max > lanes) max = lanes;
+  }
   if (hi > max) hi = max;
   if (hi < 1) hi = 1;
   if (lo < 1) lo = 1;
@@ -309,7 +331,7 @@ ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t 
     total = bytes * (size_t)n;
   double est;
   out->algo = pick_algo(func, n, (double)bytes, alpha, beta, !comm->host_engine, &est);
-  out->nchannels = p2p ? 1 : pick_nchannels(total, out->algo);
+  out->nchannels = p2p ? 1 : pick_nchannels(comm, total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1);
   out->proto = pick_proto(comm, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
   out->estimated_us = (float)est;

@@ -19,6 +19,10 @@ struct weft_tuning {
   float estimated_us; /* the model's time for this call */
 };
 
+/* Most channels a collective uses: NCCL_MAX_NCHANNELS when set, else a
+ * default for the engine (the CUDA engine sizes its FIFOs by it). */
+int weft_tune_max_channels(int cuda_engine);
+
 /* Picks for func moving `bytes` (the caller's buffer size: count * elem) on
  * comm; logs the choice at INFO/TUNING. */
 ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t bytes,

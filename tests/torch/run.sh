@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs check_torch.py under torchrun with weft's libnccl.so.2 preloaded, all
-# ranks on GPU 0: for each rank count and each MPS setting, the checks, then
+# ranks on GPU 0, after checking that weft defines every nccl* function
+# libtorch_cuda.so imports: for each rank count and MPS setting, the checks, then
 # the abort check (the last rank exits mid-loop); optionally one run with
 # non-blocking communicators and the CuPy check. Prints one line per run,
 # the checks that failed, and where the logs are; exits non-zero if a run
@@ -116,6 +117,26 @@ run() {
 }
 
 echo "weft: $LIB"
+
+# Every nccl* function libtorch_cuda.so imports must be defined by weft:
+# one it lacked would resolve to the NCCL that PyTorch's wheel loads too.
+imports_check() {
+  local torch_lib names missing
+  torch_lib=$("$PY" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')
+  if ! command -v nm >/dev/null || [ ! -e "$torch_lib" ]; then
+    echo "SKIP   torch imports: no nm, or no $torch_lib"
+    return
+  fi
+  names=$(nm -D --undefined-only "$torch_lib" | awk '{print $NF}' | sed 's/@.*//' | grep -E '^nccl' | sort -u)
+  missing=$(comm -23 <(echo "$names") <(nm -D --defined-only "$LIB" | awk '{print $NF}' | sed 's/@.*//' | sort -u))
+  if [ -n "$missing" ]; then
+    echo "FAIL   torch imports: weft lacks $(echo $missing)"
+    FAILED=1
+  else
+    echo "PASS   torch imports: all $(echo "$names" | wc -l) nccl functions libtorch_cuda.so imports are weft's"
+  fi
+}
+[ ${#ANY[@]} -eq 0 ] && imports_check
 echo "logs: $LOGS"
 for mps in $MPS_SET; do
   if [ "$mps" = on ]; then
@@ -126,8 +147,12 @@ for mps in $MPS_SET; do
   for np in $NPS; do
     for mode in $MODES; do
       name="np$np-mps$mps-$mode"
+      # Without MPS, weft stages ranks of different processes on one GPU
+      # through host memory (NVIDIA's NCCL refuses them outright).
+      STAGED=()
+      [ "$mps" = off ] && [ "$np" -gt 1 ] && [ ${#ANY[@]} -eq 0 ] && STAGED=(--staged)
       run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" \
-        "$HERE/check_torch.py" --mode "$mode" "${ANY[@]}" "${EXTRA[@]}"
+        "$HERE/check_torch.py" --mode "$mode" "${ANY[@]}" "${STAGED[@]}" "${EXTRA[@]}"
     done
   done
   if [ "$mps" = on ]; then
@@ -140,8 +165,11 @@ done
 if [ "$NONBLOCKING" = 1 ]; then
   mps_off
   np=${NPS%% *}
+  STAGED=()
+  [ "$np" -gt 1 ] && [ ${#ANY[@]} -eq 0 ] && STAGED=(--staged)
   TORCH_NCCL_USE_COMM_NONBLOCKING=1 run "np$np-nonblocking-checks" "$PY" -m torch.distributed.run \
-    --standalone --nproc-per-node "$np" "$HERE/check_torch.py" "${ANY[@]}" "${EXTRA[@]}"
+    --standalone --nproc-per-node "$np" "$HERE/check_torch.py" "${ANY[@]}" "${STAGED[@]}" \
+    "${EXTRA[@]}"
 fi
 
 if [ "$CUPY" = 1 ]; then

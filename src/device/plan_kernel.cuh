@@ -1,0 +1,182 @@
+/* The plan executor kernel, a template on the protocol: one CTA runs one
+ * lane of one rank's plan (src/sched/schedule.h) on device buffers, over
+ * device-memory FIFOs with the launch's protocol: Simple (prims.cuh) or
+ * LL (proto_ll.cuh).
+ *
+ * A CTA splits in two halves: the first moves the step's send (wait for a
+ * free slot, copy a slot's worth in, publish the tail), the second its
+ * receive (wait for the tail, copy or reduce the slot into the destination,
+ * publish the head), so a step that sends to one peer and receives from
+ * another never waits on itself. Both ends cut a message into slots the
+ * same way (the sizes on a link agree in every plan, and every rank runs
+ * the launch with the same protocol), so slot boundaries match. A LOCAL
+ * copy runs on the whole CTA before the send and receive.
+ *
+ * Waits spin on device memory, so ranks whose kernels exchange data must
+ * run at the same time: streams of one context, other GPUs, or processes
+ * under MPS. src/exec/cuda.c never launches this kernel between processes
+ * that time-slice one GPU. Every wait is bounded (conns.timeout_ns) and a
+ * timeout is reported, not hung.
+ *
+ * plan_simple.cu and plan_ll.cu each compile one protocol's kernel (two
+ * translation units build in parallel); plan_exec.cu launches them. */
+#ifndef WEFT_DEVICE_PLAN_KERNEL_CUH
+#define WEFT_DEVICE_PLAN_KERNEL_CUH
+
+#include "device/prims.cuh"
+#include "device/proto_ll.cuh"
+
+/* Runs lane l of the plan x describes on this CTA; 0 when the run must
+ * stop (a wait failed, or an error or abort elsewhere). */
+template <int PROTO>
+__device__ __forceinline__ int run_lane(const exec_args &x, const weft_dev_lane &l, int *stop) {
+  const int tid = threadIdx.x;
+  for (uint64_t i = 0; i < l.nsteps; i++) {
+    const weft_step s = x.steps[l.first + i];
+    const int div = (s.flags & WEFT_STEP_POSTOP) && x.avg ? x.conns.nranks : 0;
+    if (s.flags & WEFT_STEP_LOCAL) {
+      char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
+      const char *src = buf_of(x, l, s.local_buf, s.local_off);
+      if (dst != src || div)
+        reduce_any(x.dt, OP_COPY, dst, NULL, src, s.recv_bytes, div, tid, EXEC_THREADS);
+      __syncthreads();
+    }
+    if (tid < EXEC_HALF) {
+      if (s.flags & WEFT_STEP_SEND) {
+        if constexpr (PROTO == WEFT_PROTO_LL)
+          ll_send(x, l, s, tid, stop);
+        else
+          exec_send(x, l, s, tid, stop);
+      }
+    } else if (s.flags & WEFT_STEP_RECV) {
+      if constexpr (PROTO == WEFT_PROTO_LL)
+        ll_recv(x, l, s, tid - EXEC_HALF, stop);
+      else
+        exec_recv(x, l, s, tid - EXEC_HALF, stop);
+    }
+    __syncthreads();
+    if (*stop) return 0;
+    /* A POSTOP on a step that names only its destination. */
+    if (div && !(s.flags & (WEFT_STEP_LOCAL | WEFT_STEP_RECV))) {
+      char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
+      reduce_any(x.dt, OP_COPY, dst, NULL, dst, s.recv_bytes, div, tid, EXEC_THREADS);
+      __syncthreads();
+    }
+  }
+  return 1;
+}
+
+/* One kernel per protocol, so neither's register pressure reaches the
+ * other (the kernel runs at the 128-register cap of 512 threads). */
+template <int PROTO>
+__global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x) {
+  __shared__ int stop;
+  if (threadIdx.x == 0) stop = 0;
+  __syncthreads();
+  run_lane<PROTO>(x, x.lanes[blockIdx.x], &stop);
+}
+
+/* ---- A group's collectives in one launch ---------------------------------- */
+
+/* What differs between the collectives of a fused launch. */
+struct fused_work {
+  const struct weft_dev_lane *lanes;
+  const struct weft_step *steps;
+  char *scratch;
+  char *bufs[2];
+  int nlanes;
+  int dt;
+  int op;
+  int avg;
+};
+
+struct fused_args {
+  struct weft_dev_conns conns;
+  unsigned *barrier; /* [0] arrivals, [1] generation (weft_dev_barrier_create) */
+  int nwork;
+  struct fused_work work[WEFT_DEV_FUSE_MAX];
+};
+
+/* Every CTA of the launch waits here until all have arrived: the next
+ * collective may use the links this one used. The last to arrive resets
+ * the count and bumps the generation, so the words serve any number of
+ * launches (and CUDA graph replays) one after another. 0: the run must
+ * stop (an error or abort while waiting; the wait is bounded too). */
+__device__ inline int grid_barrier(const exec_args &x, unsigned *barrier, int *stop) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned *gen = barrier + 1;
+    const unsigned g = *gen;
+    __threadfence();
+    if (atomicAdd(barrier, 1u) == gridDim.x - 1) {
+      barrier[0] = 0;
+      __threadfence();
+      atomicAdd(barrier + 1, 1u);
+    } else {
+      const wait_site w = {WEFT_DEV_WAIT_GROUP, x.conns.rank, -1, WEFT_PROTO_SIMPLE, 0};
+      uint64_t start = 0;
+      for (unsigned spins = 0; *gen == g; spins++)
+        if ((spins & 1023) == 0 && !wait_check(x, &start, w, g)) {
+          *stop = 1;
+          break;
+        }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  return !*stop;
+}
+
+template <int PROTO>
+__global__ void __launch_bounds__(EXEC_THREADS, 1) weft_fused_kernel(fused_args a) {
+  __shared__ int stop;
+  if (threadIdx.x == 0) stop = 0;
+  __syncthreads();
+  exec_args x = {};
+  x.conns = a.conns;
+  for (int w = 0; w < a.nwork; w++) {
+    const fused_work &k = a.work[w];
+    if ((int)blockIdx.x < k.nlanes) {
+      x.lanes = k.lanes;
+      x.steps = k.steps;
+      x.scratch = k.scratch;
+      x.bufs[0] = k.bufs[0];
+      x.bufs[1] = k.bufs[1];
+      x.dt = k.dt;
+      x.op = k.op;
+      x.avg = k.avg;
+      if (!run_lane<PROTO>(x, k.lanes[blockIdx.x], &stop)) return;
+    }
+    if (w + 1 < a.nwork && !grid_barrier(x, a.barrier, &stop)) return;
+  }
+}
+
+/* Launchers of the two instantiations, one per translation unit. */
+void weft_plan_launch_simple(const exec_args &x, int nlanes, cudaStream_t stream);
+void weft_plan_launch_ll(const exec_args &x, int nlanes, cudaStream_t stream);
+void weft_fused_launch_simple(const fused_args &a, int nctas, cudaStream_t stream);
+void weft_fused_launch_ll(const fused_args &a, int nctas, cudaStream_t stream);
+
+/* Defines one protocol's launchers and loader; plan_simple.cu and
+ * plan_ll.cu each hold one. */
+#define WEFT_PLAN_KERNELS(name, PROTO)                                                    \
+  void weft_plan_launch_##name(const exec_args &x, int nlanes, cudaStream_t stream) {     \
+    weft_plan_kernel<PROTO><<<nlanes, EXEC_THREADS, 0, stream>>>(x);                      \
+  }                                                                                       \
+  void weft_fused_launch_##name(const fused_args &a, int nctas, cudaStream_t stream) {    \
+    weft_fused_kernel<PROTO><<<nctas, EXEC_THREADS, 0, stream>>>(a);                      \
+  }                                                                                       \
+  cudaError_t weft_plan_load_##name(void) {                                               \
+    cudaFuncAttributes attr;                                                              \
+    cudaError_t e = cudaFuncGetAttributes(&attr, weft_plan_kernel<PROTO>);                \
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&attr, weft_fused_kernel<PROTO>); \
+  }
+
+/* Each translation unit's kernels loaded into the current context
+ * (weft_dev_load_kernels). */
+cudaError_t weft_plan_load_simple(void);
+cudaError_t weft_plan_load_ll(void);
+cudaError_t weft_p2p_load(void);
+cudaError_t weft_local_load(void);
+
+#endif
