@@ -156,26 +156,30 @@ static void sizes(const struct job *j, int n, size_t *in_out, size_t *out_out) {
 }
 
 /* Builds, uploads and launches every rank's plan; waits for all. */
+/* Rank r's plan of j (ring order 0..n-1, proto set), uploaded on stream. */
+static void upload_plan(const struct job *j, int n, int r, int proto, cudaStream_t stream,
+                        struct weft_dev_plan *out) {
+  int ring[MAXR];
+  for (int q = 0; q < n; q++) ring[q] = q;
+  struct weft_sched_args a = {.func = j->func,
+                              .rank = r,
+                              .nranks = n,
+                              .root = j->root,
+                              .count = j->count,
+                              .elem_size = dt_size(j->dt),
+                              .nchannels = j->nchannels,
+                              .chunk_bytes = j->chunk_bytes,
+                              .ring = ring};
+  struct weft_plan p;
+  ck_assert_int_eq(j->tree ? weft_tree_plan(&a, &p) : weft_ring_plan(&a, &p), ncclSuccess);
+  ck_assert_int_eq(weft_dev_plan_upload(&p, stream, out), ncclSuccess);
+  out->proto = proto;
+  weft_plan_free(&p);
+}
+
 static void launch_all(struct ranks *rs, const struct job *j, void *const *in, void *const *out,
                        struct weft_dev_plan *plans, int iters) {
-  int ring[MAXR];
-  for (int r = 0; r < rs->n; r++) ring[r] = r;
-  for (int r = 0; r < rs->n; r++) {
-    struct weft_sched_args a = {.func = j->func,
-                                .rank = r,
-                                .nranks = rs->n,
-                                .root = j->root,
-                                .count = j->count,
-                                .elem_size = dt_size(j->dt),
-                                .nchannels = j->nchannels,
-                                .chunk_bytes = j->chunk_bytes,
-                                .ring = ring};
-    struct weft_plan p;
-    ck_assert_int_eq(j->tree ? weft_tree_plan(&a, &p) : weft_ring_plan(&a, &p), ncclSuccess);
-    ck_assert_int_eq(weft_dev_plan_upload(&p, rs->streams[r], &plans[r]), ncclSuccess);
-    plans[r].proto = j->proto;
-    weft_plan_free(&p);
-  }
+  for (int r = 0; r < rs->n; r++) upload_plan(j, rs->n, r, j->proto, rs->streams[r], &plans[r]);
   CUDA_OK(cudaDeviceSynchronize());
   for (int it = 0; it < iters; it++)
     for (int r = 0; r < rs->n; r++)
@@ -218,6 +222,25 @@ static double reference(const struct job *j, int n, void *const *hin, size_t k, 
   return j->op == ncclAvg ? acc / n : acc;
 }
 
+/* Rank r's output of j (on the device at dout; hout holds it on the host)
+ * against the reference from every rank's input. One assertion per rank:
+ * Check records every assertion it passes. what names the job. */
+static void check_output(const struct job *j, int n, void *const *hin, const void *dout, int r,
+                         void *hout, const char *what) {
+  size_t cin, cout;
+  sizes(j, n, &cin, &cout);
+  CUDA_OK(cudaMemcpy(hout, dout, cout * dt_size(j->dt), cudaMemcpyDeviceToHost));
+  const double tol = j->dt == ncclFloat64 ? 1e-12 : 1e-6;
+  size_t bad = cout;
+  double want = 0, got = 0;
+  for (size_t k = 0; k < cout && bad == cout; k++) {
+    want = reference(j, n, hin, k, r);
+    got = get(j->dt, hout, k);
+    if (!(fabs(got - want) <= tol * fmax(1.0, fabs(want)))) bad = k;
+  }
+  ck_assert_msg(bad == cout, "%s: rank %d element %zu is %g, expected %g", what, r, bad, got, want);
+}
+
 static void run_job(struct ranks *rs, const struct job *j) {
   const int n = rs->n;
   const size_t es = dt_size(j->dt);
@@ -247,24 +270,12 @@ static void run_job(struct ranks *rs, const struct job *j) {
   }
   launch_all(rs, j, din, dout, plans, 1);
   wait_all(rs, j);
-  /* One assertion per rank: Check records every assertion it passes. */
-  const double tol = j->dt == ncclFloat64 ? 1e-12 : 1e-6;
-  for (int r = 0; r < n; r++) {
-    CUDA_OK(cudaMemcpy(hout, dout[r], cout * es, cudaMemcpyDeviceToHost));
-    size_t bad = cout;
-    double want = 0, got = 0;
-    for (size_t k = 0; k < cout && bad == cout; k++) {
-      want = reference(j, n, hin, k, r);
-      got = get(j->dt, hout, k);
-      if (!(fabs(got - want) <= tol * fmax(1.0, fabs(want)))) bad = k;
-    }
-    ck_assert_msg(bad == cout,
-                  "%s%s%s dt %d op %d, %d ranks, count %zu, chunk %zu, %s: rank %d element %zu "
-                  "is %g, expected %g",
-                  j->proto == WEFT_PROTO_LL ? "LL " : "", j->tree ? "tree " : "",
-                  weft_func_name(j->func), (int)j->dt, (int)j->op, n, j->count, j->chunk_bytes,
-                  j->inplace ? "in place" : "out of place", r, bad, got, want);
-  }
+  char what[160];
+  snprintf(what, sizeof(what), "%s%s%s dt %d op %d, %d ranks, count %zu, chunk %zu, %s",
+           j->proto == WEFT_PROTO_LL ? "LL " : "", j->tree ? "tree " : "", weft_func_name(j->func),
+           (int)j->dt, (int)j->op, n, j->count, j->chunk_bytes,
+           j->inplace ? "in place" : "out of place");
+  for (int r = 0; r < n; r++) check_output(j, n, hin, dout[r], r, hout, what);
   for (int r = 0; r < n; r++) {
     weft_dev_plan_free(&plans[r]);
     cudaFree(dmem[r]);
@@ -850,8 +861,6 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
        .nchannels = 3,
        .chunk_bytes = 1u << 20},
   };
-  int ring[MAXR];
-  for (int r = 0; r < n; r++) ring[r] = r;
   void *hin[NFUSED][MAXR], *din[NFUSED][MAXR], *dout[NFUSED][MAXR];
   struct weft_dev_plan plans[NFUSED][MAXR];
   for (int k = 0; k < NFUSED; k++) {
@@ -859,20 +868,7 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
     size_t cin, cout, es = dt_size(j->dt);
     sizes(j, n, &cin, &cout);
     for (int r = 0; r < n; r++) {
-      struct weft_sched_args a = {.func = j->func,
-                                  .rank = r,
-                                  .nranks = n,
-                                  .root = j->root,
-                                  .count = j->count,
-                                  .elem_size = es,
-                                  .nchannels = j->nchannels,
-                                  .chunk_bytes = j->chunk_bytes,
-                                  .ring = ring};
-      struct weft_plan p;
-      ck_assert_int_eq(j->tree ? weft_tree_plan(&a, &p) : weft_ring_plan(&a, &p), ncclSuccess);
-      ck_assert_int_eq(weft_dev_plan_upload(&p, rs->streams[r], &plans[k][r]), ncclSuccess);
-      plans[k][r].proto = proto;
-      weft_plan_free(&p);
+      upload_plan(j, n, r, proto, rs->streams[r], &plans[k][r]);
       hin[k][r] = malloc(cin * es + 1);
       for (size_t i = 0; i < cin; i++) put(j->dt, hin[k][r], i, r);
       CUDA_OK(cudaMalloc(&din[k][r], cin * es + 1));
@@ -900,21 +896,10 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
     size_t cin, cout, es = dt_size(j->dt);
     sizes(j, n, &cin, &cout);
     void *hout = malloc(cout * es + 1);
-    const double tol = j->dt == ncclFloat64 ? 1e-12 : 1e-6;
-    for (int r = 0; r < n; r++) {
-      CUDA_OK(cudaMemcpy(hout, dout[k][r], cout * es, cudaMemcpyDeviceToHost));
-      size_t bad = cout;
-      double want = 0, got = 0;
-      for (size_t i = 0; i < cout && bad == cout; i++) {
-        want = reference(j, n, hin[k], i, r);
-        got = get(j->dt, hout, i);
-        if (!(fabs(got - want) <= tol * fmax(1.0, fabs(want)))) bad = i;
-      }
-      ck_assert_msg(bad == cout,
-                    "%s, collective %d (%s%s), %d ranks: rank %d element %zu is %g, "
-                    "expected %g",
-                    name, k, j->tree ? "tree " : "", weft_func_name(j->func), n, r, bad, got, want);
-    }
+    char what[128];
+    snprintf(what, sizeof(what), "%s, collective %d (%s%s), %d ranks", name, k,
+             j->tree ? "tree " : "", weft_func_name(j->func), n);
+    for (int r = 0; r < n; r++) check_output(j, n, hin[k], dout[k][r], r, hout, what);
     free(hout);
     for (int r = 0; r < n; r++) {
       weft_dev_plan_free(&plans[k][r]);

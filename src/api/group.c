@@ -345,9 +345,7 @@ static ncclResult_t launch_cuda_p2p(struct ncclComm *comm, size_t first, size_t 
       int send = t->coll.func == WEFT_FUNC_SEND;
       bufs[k] = send ? (void *)(uintptr_t)t->coll.sendbuff : t->coll.recvbuff;
       ops[k++] = (struct weft_p2p){t->coll.root, send, coll_bytes(&t->coll)};
-      int seen = 0;
-      for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == t->stream;
-      if (!seen) streams[nstreams++] = t->stream;
+      nstreams = weft_cuda_stream_add(streams, nstreams, t->stream);
     }
     for (int j = 0; j < k; j++) stage[j] = ops[j].is_send && send_overlaps_recv(bufs, ops, k, j);
     struct weft_cuda_p2p p = {ops, bufs, stage, k, streams, nstreams};

@@ -30,6 +30,22 @@ static ncclResult_t launch_check(const struct weft_dev_plan *plan,
   return ncclSuccess;
 }
 
+/* What the kernel reads of plan run on sendbuff and recvbuff (launch_check
+ * passed). */
+static exec_work work_of(const struct weft_dev_plan *plan, const void *sendbuff, void *recvbuff,
+                         ncclDataType_t datatype, ncclRedOp_t op) {
+  exec_work w = {};
+  w.lanes = plan->lanes;
+  w.steps = plan->steps;
+  w.scratch = plan->scratch;
+  w.bufs[0] = (char *)sendbuff;
+  w.bufs[1] = (char *)recvbuff;
+  w.dt = (int)datatype;
+  w.op = exec_ops[op];
+  w.avg = op == ncclAvg;
+  return w;
+}
+
 extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
                                              const struct weft_dev_conns *conns,
                                              const void *sendbuff, void *recvbuff,
@@ -39,15 +55,8 @@ extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
   if (res != ncclSuccess) return res;
   if (plan->nlanes == 0) return ncclSuccess;
   exec_args x = {};
+  static_cast<exec_work &>(x) = work_of(plan, sendbuff, recvbuff, datatype, op);
   x.conns = *conns;
-  x.lanes = plan->lanes;
-  x.steps = plan->steps;
-  x.scratch = plan->scratch;
-  x.bufs[0] = (char *)sendbuff;
-  x.bufs[1] = (char *)recvbuff;
-  x.dt = (int)datatype;
-  x.op = exec_ops[op];
-  x.avg = op == ncclAvg;
   if (plan->proto == WEFT_PROTO_LL)
     weft_plan_launch_ll(x, plan->nlanes, stream);
   else
@@ -78,17 +87,9 @@ extern "C" ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *
       res = ncclInternalError;
     }
     if (res != ncclSuccess) return res;
-    fused_work &k = a.work[i];
-    k.lanes = c.plan->lanes;
-    k.steps = c.plan->steps;
-    k.scratch = c.plan->scratch;
-    k.bufs[0] = (char *)c.sendbuff;
-    k.bufs[1] = (char *)c.recvbuff;
-    k.nlanes = c.plan->nlanes;
-    k.dt = (int)c.datatype;
-    k.op = exec_ops[c.op];
-    k.avg = c.op == ncclAvg;
-    if (k.nlanes > nctas) nctas = k.nlanes;
+    a.work[i] = work_of(c.plan, c.sendbuff, c.recvbuff, c.datatype, c.op);
+    a.nlanes[i] = c.plan->nlanes;
+    if (c.plan->nlanes > nctas) nctas = c.plan->nlanes;
   }
   if (nctas == 0) return ncclSuccess;
   if (proto == WEFT_PROTO_LL)

@@ -78,23 +78,12 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x)
 
 /* ---- A group's collectives in one launch ---------------------------------- */
 
-/* What differs between the collectives of a fused launch. */
-struct fused_work {
-  const struct weft_dev_lane *lanes;
-  const struct weft_step *steps;
-  char *scratch;
-  char *bufs[2];
-  int nlanes;
-  int dt;
-  int op;
-  int avg;
-};
-
 struct fused_args {
   struct weft_dev_conns conns;
   unsigned *barrier; /* [0] arrivals, [1] generation (weft_dev_barrier_create) */
   int nwork;
-  struct fused_work work[WEFT_DEV_FUSE_MAX];
+  struct exec_work work[WEFT_DEV_FUSE_MAX];
+  int nlanes[WEFT_DEV_FUSE_MAX]; /* lanes of work[i]'s plan */
 };
 
 /* Every CTA of the launch waits here until all have arrived: the next
@@ -135,17 +124,9 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_fused_kernel(fused_args 
   exec_args x = {};
   x.conns = a.conns;
   for (int w = 0; w < a.nwork; w++) {
-    const fused_work &k = a.work[w];
-    if ((int)blockIdx.x < k.nlanes) {
-      x.lanes = k.lanes;
-      x.steps = k.steps;
-      x.scratch = k.scratch;
-      x.bufs[0] = k.bufs[0];
-      x.bufs[1] = k.bufs[1];
-      x.dt = k.dt;
-      x.op = k.op;
-      x.avg = k.avg;
-      if (!run_lane<PROTO>(x, k.lanes[blockIdx.x], &stop)) return;
+    if ((int)blockIdx.x < a.nlanes[w]) {
+      static_cast<exec_work &>(x) = a.work[w];
+      if (!run_lane<PROTO>(x, x.lanes[blockIdx.x], &stop)) return;
     }
     if (w + 1 < a.nwork && !grid_barrier(x, a.barrier, &stop)) return;
   }

@@ -61,8 +61,10 @@ __device__ __forceinline__ int half_sync_any(int id, int pred) {
   return r;
 }
 
-struct exec_args {
-  struct weft_dev_conns conns;
+/* What the kernel reads of one collective: its plan on the device, its
+ * buffers, datatype and reduction. A fused launch carries one for each of
+ * its collectives. */
+struct exec_work {
   const struct weft_dev_lane *lanes;
   const struct weft_step *steps;
   char *scratch;
@@ -70,6 +72,11 @@ struct exec_args {
   int dt;
   int op;  /* exec_op of the reduction */
   int avg; /* POSTOP divides by nranks */
+};
+
+/* A kernel's arguments: the collective it runs now and the rank's links. */
+struct exec_args : exec_work {
+  struct weft_dev_conns conns;
 };
 
 /* The link this rank sends to dst on (is_send), or receives from src on. */

@@ -39,23 +39,11 @@ struct elem {
   static __device__ __forceinline__ T div(T x, int n) { return (T)((W)x / (W)n); }
 };
 
-template <>
-struct elem<float> {
-  static __device__ __forceinline__ float apply(int op, float a, float b) {
-    switch (op) {
-      case OP_SUM: return a + b;
-      case OP_PROD: return a * b;
-      case OP_MAX: return fmaxf(a, b);
-      case OP_MIN: return fminf(a, b);
-      default: return b;
-    }
-  }
-  static __device__ __forceinline__ float div(float x, int n) { return x / (float)n; }
-};
-
-template <>
-struct elem<double> {
-  static __device__ __forceinline__ double apply(int op, double a, double b) {
+/* float and double: IEEE arithmetic; max and min are fmax/fmin (a NaN
+ * operand loses to a number), CUDA's overloads for either width. */
+template <typename F>
+struct elem_ieee {
+  static __device__ __forceinline__ F apply(int op, F a, F b) {
     switch (op) {
       case OP_SUM: return a + b;
       case OP_PROD: return a * b;
@@ -64,8 +52,13 @@ struct elem<double> {
       default: return b;
     }
   }
-  static __device__ __forceinline__ double div(double x, int n) { return x / (double)n; }
+  static __device__ __forceinline__ F div(F x, int n) { return x / (F)n; }
 };
+
+template <>
+struct elem<float> : elem_ieee<float> {};
+template <>
+struct elem<double> : elem_ieee<double> {};
 
 /* half and bfloat16: widened to float, combined, rounded back once. */
 template <>

@@ -596,10 +596,13 @@ static ncclResult_t p2p_plan_get(struct ncclComm *comm, const struct weft_cuda_p
   return res;
 }
 
+_Static_assert(WEFT_CUDA_FUSE_MAX <= WEFT_DEV_FUSE_MAX,
+               "a fused launch of the engine must fit the device's kernel parameters");
+
 ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
                                            const struct weft_cuda_call *calls, int n) {
   struct weft_cuda_engine *e = comm->cuda;
-  if (n < 2 || n > WEFT_CUDA_FUSE_MAX || WEFT_CUDA_FUSE_MAX > WEFT_DEV_FUSE_MAX) {
+  if (n < 2 || n > WEFT_CUDA_FUSE_MAX) {
     WARN("rank %d: CUDA engine: a fused launch of %d collectives (2..%d)", comm->rank, n,
          WEFT_CUDA_FUSE_MAX);
     return ncclInternalError;
@@ -615,9 +618,7 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
     WEFT_CHECK(coll_plan(comm, c->coll, &c->args, c->algo, c->proto, s, &entry));
     fc[i] = (struct weft_dev_fused_coll){&entry->plan, c->coll->sendbuff, c->coll->recvbuff,
                                          c->coll->datatype, c->coll->op};
-    int seen = 0;
-    for (int j = 0; j < nstreams && !seen; j++) seen = streams[j] == c->stream;
-    if (!seen) streams[nstreams++] = c->stream;
+    nstreams = weft_cuda_stream_add(streams, nstreams, c->stream);
   }
   WEFT_CHECK(streams_join(comm, "a group's collectives", streams, nstreams, 1));
   ncclResult_t res = weft_dev_fused_launch(fc, n, &e->conns, e->barrier, s);

@@ -74,6 +74,15 @@ struct weft_cuda_call {
 ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
                                            const struct weft_cuda_call *calls, int n);
 
+/* Adds stream to streams[0..n) unless it is there; returns the new count.
+ * A group's calls name their streams in call order, first seen first. */
+static inline int weft_cuda_stream_add(void **streams, int n, void *stream) {
+  for (int j = 0; j < n; j++)
+    if (streams[j] == stream) return n;
+  streams[n] = stream;
+  return n + 1;
+}
+
 /* Every send and receive of one communicator in one group. */
 struct weft_cuda_p2p {
   const struct weft_p2p *ops; /* nops: peer, direction, bytes, in call order */
