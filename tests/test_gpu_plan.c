@@ -113,9 +113,15 @@ struct ranks {
   struct weft_dev_wait_diag *diag[MAXR]; /* host-mapped, as the engine's */
 };
 
+/* Set by the sys_scope case: every link is built as one between two GPUs
+ * (system-scope counters), so that ordering runs on one GPU too. */
+static int links_cross;
+
 /* Every rank's inbox on GPU 0, and its link tables through the others'. */
 static void ranks_open(struct ranks *rs, int n, int nchannels) {
   void *bases[MAXR];
+  unsigned char cross[MAXR];
+  memset(cross, links_cross, sizeof cross);
   rs->n = n;
   /* As the engine does: no hidden cross-stream waits in the pool, or one
    * rank's PreMulSum copy could wait for another rank's kernel. */
@@ -124,11 +130,12 @@ static void ranks_open(struct ranks *rs, int n, int nchannels) {
   ck_assert_int_eq(weft_dev_load_kernels(), ncclSuccess);
   for (int r = 0; r < n; r++) {
     /* The tree uses two channels per lane pair. */
-    ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, &rs->inbox[r]), ncclSuccess);
+    ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, 0, &rs->inbox[r]), ncclSuccess);
     bases[r] = rs->inbox[r].base;
   }
   for (int r = 0; r < n; r++) {
-    ck_assert_int_eq(weft_dev_conns_build(&rs->inbox[r], bases, r, &rs->conns[r]), ncclSuccess);
+    ck_assert_int_eq(weft_dev_conns_build(&rs->inbox[r], bases, cross, r, &rs->conns[r]),
+                     ncclSuccess);
     CUDA_OK(cudaHostAlloc((void **)&rs->diag[r], sizeof(*rs->diag[r]), cudaHostAllocMapped));
     memset(rs->diag[r], 0, sizeof(*rs->diag[r]));
     CUDA_OK(cudaHostGetDevicePointer((void **)&rs->conns[r].diag, rs->diag[r], 0));
@@ -430,6 +437,20 @@ START_TEST(ll_ring_others) {
   run_ll_grid(n, (struct job){.func = WEFT_FUNC_BROADCAST, .root = n - 1}, dts, ops, 3);
   run_ll_grid(n, (struct job){.func = WEFT_FUNC_ALLGATHER}, dts, ops, 3);
   run_ll_grid(n, (struct job){.func = WEFT_FUNC_REDUCESCATTER}, dts, ops, 3);
+}
+END_TEST
+
+/* The links of ranks on different GPUs (release and acquire at system
+ * scope), here all on one GPU: Simple and LL, ring and tree. */
+START_TEST(sys_scope) {
+  const ncclDataType_t dts[] = {ncclFloat32};
+  const ncclRedOp_t ops[] = {ncclSum};
+  int n = rank_counts[_i];
+  links_cross = 1;
+  run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
+  run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE, .tree = 1}, dts, ops, 1);
+  run_ll_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
+  links_cross = 0;
 }
 END_TEST
 
@@ -1181,6 +1202,7 @@ int main(void) {
   tcase_add_loop_test(tc, ll_ring_allreduce, 0, nrank_counts);
   tcase_add_loop_test(tc, ll_tree_allreduce, 0, nrank_counts);
   tcase_add_loop_test(tc, ll_ring_others, 0, nrank_counts);
+  tcase_add_loop_test(tc, sys_scope, 0, nrank_counts);
   tcase_add_test(tc, ll_timeout);
   tcase_add_loop_test(tc, ll_speed, 0, small || getenv("WEFT_GPU_PLAN_NO_SPEED") ? 0 : 2);
   suite_add_tcase(s, tc);

@@ -7,8 +7,9 @@
  * size (LL measured no faster, see tuning.c); NCCL_PROTO forces either; a
  * list with only LL128 falls back to the model; a send and a receive get
  * LL only when NCCL_PROTO allows nothing else for both; channels default
- * to 2 on host ranks and 8 on the CUDA engine, NCCL_MAX_NCHANNELS sets
- * both, and the CUDA engine's lanes fit the GPU's SMs. */
+ * to 2 on host ranks and 16 on the CUDA engine, NCCL_MAX_NCHANNELS sets
+ * both, chunks default to 512 KiB on host ranks and 4 MiB on the CUDA
+ * engine, and the CUDA engine's lanes fit the GPU's SMs. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,8 +45,10 @@ START_TEST(host_runs_simple) {
   /* Direct is the CUDA engine's only when asked for; name the rest so
    * both engines choose among the same algorithms. */
   setenv("NCCL_ALGO", "Ring,Tree", 1);
-  /* Same channel ceiling for both (their defaults differ: channels_default). */
+  /* Same channel ceiling and chunk for both (their defaults differ:
+   * channels_default, chunk_default). */
   setenv("NCCL_MAX_NCHANNELS", "2", 1);
+  setenv("WEFT_CHUNK_SIZE", "524288", 1);
   const size_t sizes[] = {0, 4, 4096, 65536, 1u << 20, 64u << 20};
   for (int f = WEFT_FUNC_ALLREDUCE; f <= WEFT_FUNC_REDUCE; f++)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
@@ -141,15 +144,26 @@ START_TEST(p2p_both_sides) {
 END_TEST
 
 /* Without NCCL_MAX_NCHANNELS host ranks use up to 2 channels and the CUDA
- * engine up to 8, growing with the message. */
+ * engine up to 16, growing with the message. */
 START_TEST(channels_default) {
   setenv("NCCL_ALGO", "Ring", 1);
   ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 2);
-  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 8);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 16);
   ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 3u << 20).nchannels, 3);
   ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 4096).nchannels, 1);
   ck_assert_int_eq(weft_tune_max_channels(0), 2);
-  ck_assert_int_eq(weft_tune_max_channels(1), 8);
+  ck_assert_int_eq(weft_tune_max_channels(1), 16);
+}
+END_TEST
+
+/* A large message's chunk: 512 KiB on host ranks, 4 MiB on the CUDA
+ * engine (its steps drain the pipeline); never more than a channel's
+ * share. */
+START_TEST(chunk_default) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  ck_assert_uint_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 256u << 20).chunk_bytes, 512u << 10);
+  ck_assert_uint_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 256u << 20).chunk_bytes, 4u << 20);
+  ck_assert_uint_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 1u << 20).chunk_bytes, 1u << 20);
 }
 END_TEST
 
@@ -176,7 +190,7 @@ static int lanes_capped(int max_lanes, const char *algo) {
 }
 
 START_TEST(channels_fit_ring) {
-  ck_assert_int_eq(lanes_capped(132 / 8, "Ring"), 8);
+  ck_assert_int_eq(lanes_capped(132 / 16, "Ring"), 8);
   ck_assert_int_eq(lanes_capped(132 / 32, "Ring"), 4);
   ck_assert_int_eq(lanes_capped(1, "Ring"), 1);
 }
@@ -202,6 +216,7 @@ int main(void) {
   tcase_add_test(tc, p2p_one_side);
   tcase_add_test(tc, p2p_both_sides);
   tcase_add_test(tc, channels_default);
+  tcase_add_test(tc, chunk_default);
   tcase_add_test(tc, channels_env);
   tcase_add_test(tc, channels_fit_ring);
   tcase_add_test(tc, channels_fit_tree);

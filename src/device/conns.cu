@@ -30,14 +30,19 @@ extern "C" ncclResult_t weft_dev_pool_no_hidden_waits(int dev) {
   return ncclSuccess;
 }
 
-extern "C" ncclResult_t weft_dev_inbox_create(int nranks, int nchannels,
+extern "C" ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, size_t slot_bytes,
                                               struct weft_dev_inbox *out) {
   weft_dev_inbox b = {};
   b.nranks = nranks;
   b.nchannels = nchannels;
   b.nslots = WEFT_DEV_NSLOTS;
-  b.slot_bytes = WEFT_DEV_SLOT_BYTES;
+  b.slot_bytes = slot_bytes ? slot_bytes : WEFT_DEV_SLOT_BYTES;
   b.ll_slot_bytes = WEFT_DEV_LL_SLOT_BYTES;
+  if (b.slot_bytes % 16 != 0 || b.slot_bytes < b.ll_slot_bytes / 2) {
+    WARN("device engine: Simple slots of %zu bytes: expected a multiple of 16, at least %zu",
+         b.slot_bytes, b.ll_slot_bytes / 2);
+    return ncclInvalidArgument;
+  }
   b.bytes = inbox_ctrl_bytes(b) + inbox_ll_bytes(b) +
             (size_t)nranks * nchannels * b.nslots * b.slot_bytes;
   /* cudaMalloc, not the stream-ordered pool: an IPC handle needs it. */
@@ -65,7 +70,7 @@ extern "C" struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox 
   char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * layout->nslots * layout->ll_slot_bytes;
   char *slots = (char *)base + inbox_ctrl_bytes(*layout) + inbox_ll_bytes(*layout) +
                 i * layout->nslots * layout->slot_bytes;
-  return weft_dev_link{slots, ctrl, ctrl + 16, ll};
+  return weft_dev_link{slots, ctrl, ctrl + 16, ll, 0};
 }
 
 static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
@@ -73,8 +78,8 @@ static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
 }
 
 extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
-                                             void *const *peer_bases, int rank,
-                                             struct weft_dev_conns *out) {
+                                             void *const *peer_bases, const unsigned char *cross,
+                                             int rank, struct weft_dev_conns *out) {
   weft_dev_conns c = {};
   c.rank = rank;
   c.nranks = mine->nranks;
@@ -88,8 +93,10 @@ extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
   for (int p = 0; p < c.nranks; p++) {
     void *peer = p == rank ? mine->base : peer_bases[p];
     for (int ch = 0; ch < c.nchannels; ch++) {
-      tables[(size_t)p * c.nchannels + ch] = weft_dev_inbox_link(mine, peer, rank, ch);
-      tables[n + (size_t)p * c.nchannels + ch] = weft_dev_inbox_link(mine, mine->base, p, ch);
+      weft_dev_link *send = &tables[(size_t)p * c.nchannels + ch], *recv = send + n;
+      *send = weft_dev_inbox_link(mine, peer, rank, ch);
+      *recv = weft_dev_inbox_link(mine, mine->base, p, ch);
+      send->sys = recv->sys = cross != NULL && p != rank && cross[p];
     }
   }
   cudaError_t e = cudaMalloc((void **)&c.send, 2 * n * sizeof(weft_dev_link));

@@ -39,6 +39,9 @@ struct weft_dev_link {
   uint64_t *head;
   uint64_t *tail;
   char *ll; /* LL slots: only LL ever writes them, so no stale flag is data */
+  /* The two ends are on different GPUs: the counters are released and
+   * acquired at system scope (the GPU scope orders one GPU's threads only). */
+  uint32_t sys;
 };
 
 /* A rank's inbox: the FIFOs its peers send to, in its own device memory,
@@ -118,8 +121,11 @@ ncclResult_t weft_dev_pool_no_hidden_waits(int dev);
  * made, before any of its kernels can spin (NCCL does the same). */
 ncclResult_t weft_dev_load_kernels(void);
 
-/* Allocates and zeroes an inbox on the current device. */
-ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, struct weft_dev_inbox *out);
+/* Allocates and zeroes an inbox on the current device, with Simple slots
+ * of slot_bytes (0: WEFT_DEV_SLOT_BYTES; at least half an LL slot, a
+ * multiple of 16). */
+ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, size_t slot_bytes,
+                                   struct weft_dev_inbox *out);
 void weft_dev_inbox_destroy(struct weft_dev_inbox *inbox);
 /* The link from src into the inbox laid out as `layout` and mapped at base
  * (the owner's own address, or this process's mapping of it). */
@@ -128,9 +134,10 @@ struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox *layout, vo
 
 /* Builds rank's tables: recv from mine, send through peer_bases[p] (this
  * process's address of peer p's inbox, laid out as mine; unused for p ==
- * rank, where mine is used). */
+ * rank, where mine is used). cross[p] is nonzero when peer p runs on
+ * another GPU (NULL: every peer shares this rank's GPU). */
 ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine, void *const *peer_bases,
-                                  int rank, struct weft_dev_conns *out);
+                                  const unsigned char *cross, int rank, struct weft_dev_conns *out);
 void weft_dev_conns_destroy(struct weft_dev_conns *conns);
 /* Reads the error word on stream (waits for that stream only). */
 ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, cudaStream_t stream,

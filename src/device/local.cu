@@ -22,23 +22,23 @@ static unsigned local_blocks(size_t count) {
   return (unsigned)(b < 1 ? 1 : b > LOCAL_MAX_BLOCKS ? LOCAL_MAX_BLOCKS : b);
 }
 
-/* Calls F<T>::run(args...) for the element type of dt; false for a
- * datatype the engine does not know. */
+/* Calls F<T>::run(args...) for the element type of dt, its launch's
+ * status in *err; false for a datatype the engine does not know. */
 template <template <typename> class F, typename... A>
-static bool with_type(ncclDataType_t dt, A... args) {
+static bool with_type(ncclDataType_t dt, cudaError_t *err, A... args) {
   switch (dt) {
-    case ncclInt8: F<int8_t>::run(args...); return true;
-    case ncclUint8: F<uint8_t>::run(args...); return true;
-    case ncclInt32: F<int32_t>::run(args...); return true;
-    case ncclUint32: F<uint32_t>::run(args...); return true;
-    case ncclInt64: F<int64_t>::run(args...); return true;
-    case ncclUint64: F<uint64_t>::run(args...); return true;
-    case ncclFloat16: F<__half>::run(args...); return true;
-    case ncclFloat32: F<float>::run(args...); return true;
-    case ncclFloat64: F<double>::run(args...); return true;
-    case ncclBfloat16: F<__nv_bfloat16>::run(args...); return true;
-    case ncclFloat8e4m3: F<__nv_fp8_e4m3>::run(args...); return true;
-    case ncclFloat8e5m2: F<__nv_fp8_e5m2>::run(args...); return true;
+    case ncclInt8: *err = F<int8_t>::run(args...); return true;
+    case ncclUint8: *err = F<uint8_t>::run(args...); return true;
+    case ncclInt32: *err = F<int32_t>::run(args...); return true;
+    case ncclUint32: *err = F<uint32_t>::run(args...); return true;
+    case ncclInt64: *err = F<int64_t>::run(args...); return true;
+    case ncclUint64: *err = F<uint64_t>::run(args...); return true;
+    case ncclFloat16: *err = F<__half>::run(args...); return true;
+    case ncclFloat32: *err = F<float>::run(args...); return true;
+    case ncclFloat64: *err = F<double>::run(args...); return true;
+    case ncclBfloat16: *err = F<__nv_bfloat16>::run(args...); return true;
+    case ncclFloat8e4m3: *err = F<__nv_fp8_e4m3>::run(args...); return true;
+    case ncclFloat8e5m2: *err = F<__nv_fp8_e5m2>::run(args...); return true;
     default: return false;
   }
 }
@@ -60,12 +60,15 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
 
 template <typename T>
 struct scale_launch {
-  static void run(void *dst, const void *src, size_t count, const weft_dev_scalar *scalar,
-                  cudaStream_t stream) {
+  static cudaError_t run(void *dst, const void *src, size_t count, const weft_dev_scalar *scalar,
+                         cudaStream_t stream) {
     T value;
     memcpy(&value, scalar->value, sizeof(T));
-    scale_kernel<T><<<local_blocks(count), LOCAL_THREADS, 0, stream>>>(
-        (T *)dst, (const T *)src, count, (const T *)scalar->ptr, value);
+    T *d = (T *)dst;
+    const T *s = (const T *)src, *sp = (const T *)scalar->ptr;
+    void *args[] = {&d, &s, &count, &sp, &value};
+    return cudaLaunchKernel((const void *)scale_kernel<T>, dim3(local_blocks(count)),
+                            dim3(LOCAL_THREADS), args, 0, stream);
   }
 };
 
@@ -73,11 +76,12 @@ extern "C" ncclResult_t weft_dev_scale(void *dst, const void *src, size_t count,
                                        ncclDataType_t datatype,
                                        const struct weft_dev_scalar *scalar, cudaStream_t stream) {
   if (count == 0) return ncclSuccess;
-  if (!with_type<scale_launch>(datatype, dst, src, count, scalar, stream)) {
+  cudaError_t err = cudaSuccess;
+  if (!with_type<scale_launch>(datatype, &err, dst, src, count, scalar, stream)) {
     WARN("device engine: PreMulSum of datatype %d is not supported", (int)datatype);
     return ncclInvalidArgument;
   }
-  DEV_CUDA(cudaGetLastError(), "launching the PreMulSum scaling kernel");
+  DEV_CUDA(err, "launching the PreMulSum scaling kernel");
   return ncclSuccess;
 }
 
@@ -133,9 +137,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) direct_kernel(direct_args a) {
 
 template <typename T>
 struct direct_launch {
-  static void run(const direct_args &a, cudaStream_t stream) {
+  static cudaError_t run(direct_args a, cudaStream_t stream) {
     size_t shared = (size_t)a.nranks * sizeof(void *);
-    direct_kernel<T><<<local_blocks(a.count), LOCAL_THREADS, shared, stream>>>(a);
+    void *args[] = {&a};
+    return cudaLaunchKernel((const void *)direct_kernel<T>, dim3(local_blocks(a.count)),
+                            dim3(LOCAL_THREADS), args, shared, stream);
   }
 };
 
@@ -143,17 +149,20 @@ struct direct_launch {
 
 template <typename T>
 struct local_load_type {
-  static void run(cudaError_t *err) {
+  static cudaError_t run() {
     cudaFuncAttributes a;
-    if (*err == cudaSuccess) *err = cudaFuncGetAttributes(&a, scale_kernel<T>);
-    if (*err == cudaSuccess) *err = cudaFuncGetAttributes(&a, direct_kernel<T>);
+    cudaError_t e = cudaFuncGetAttributes(&a, scale_kernel<T>);
+    return e != cudaSuccess ? e : cudaFuncGetAttributes(&a, direct_kernel<T>);
   }
 };
 
 cudaError_t weft_local_load(void) {
-  cudaError_t err = cudaSuccess;
-  for (int dt = 0; dt < ncclNumTypes; dt++) with_type<local_load_type>((ncclDataType_t)dt, &err);
-  return err;
+  for (int dt = 0; dt < ncclNumTypes; dt++) {
+    cudaError_t err = cudaSuccess;
+    with_type<local_load_type>((ncclDataType_t)dt, &err);
+    if (err != cudaSuccess) return err;
+  }
+  return cudaSuccess;
 }
 
 extern "C" ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank,
@@ -180,11 +189,12 @@ extern "C" ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan,
   a.nranks = nranks;
   a.op = ops[op];
   a.div = op == ncclAvg ? nranks : 0;
-  if (!with_type<direct_launch>(datatype, a, stream)) {
+  cudaError_t err = cudaSuccess;
+  if (!with_type<direct_launch>(datatype, &err, a, stream)) {
     WARN("device engine: rank %d: a Direct reduction of datatype %d is not supported", rank,
          (int)datatype);
     return ncclInvalidArgument;
   }
-  DEV_CUDA(cudaGetLastError(), "launching the Direct reduction kernel");
+  DEV_CUDA(err, "launching the Direct reduction kernel");
   return ncclSuccess;
 }

@@ -60,10 +60,10 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
   const char *src = p2p_buf(a, s.send_buf, s.send_off);
   const size_t sb = a.x.conns.slot_bytes, total = P2P_HDR_BYTES + s.send_bytes;
   const int ns = a.x.conns.nslots;
-  uint64_t pos = *(volatile uint64_t *)c.tail;
+  uint64_t pos = *(volatile uint64_t *)c.tail, head = 0;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const size_t n = total - so < sb ? total - so : sb;
-    if (!half_wait_free(a.x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, t, stop))
+    if (!half_wait_free(a.x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, &head, t, stop))
       return 0;
     char *slot = c.slots + (pos % ns) * sb;
     if (so == 0 && t == 0) {
@@ -73,9 +73,9 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
     /* Stream bytes [so, so + n) of header + data; the data starts at 16. */
     const size_t lo = so < P2P_HDR_BYTES ? P2P_HDR_BYTES : so;
     copy_bytes(slot + (lo - so), src + (lo - P2P_HDR_BYTES), so + n - lo, t, EXEC_HALF);
-    __threadfence();
+    /* The barrier orders the half's copies before thread 0's release. */
     half_sync(1);
-    if (t == 0) st_release(c.tail, pos + 1);
+    if (t == 0) st_release(c.tail, pos + 1, c.sys);
   }
   return 1;
 }
@@ -88,11 +88,11 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
   char *dst = p2p_buf(a, s.dst_buf, s.dst_off);
   const size_t sb = a.x.conns.slot_bytes;
   const int ns = a.x.conns.nslots;
-  uint64_t pos = *(volatile uint64_t *)c.head;
+  uint64_t pos = *(volatile uint64_t *)c.head, tail = 0;
   size_t total = P2P_HDR_BYTES;
   for (size_t so = 0; so < total; so += sb, pos++) {
     const char *slot = c.slots + (pos % ns) * sb;
-    if (!half_wait_filled(a.x, c, s.recv_peer, l.channel, pos, t, stop)) return 0;
+    if (!half_wait_filled(a.x, c, s.recv_peer, l.channel, pos, &tail, t, stop)) return 0;
     /* The header, read by every thread after the barrier that follows
      * thread 0's acquire of the tail (as the data is): the whole half
      * decides alike. */
@@ -103,7 +103,7 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
         if (t == 0) {
           p2p_fail(a, (h >> 48) != P2P_MAGIC ? WEFT_DEV_ERR_P2P_STEP : WEFT_DEV_ERR_P2P_SIZE,
                    s.recv_peer);
-          *stop = 1;
+          stop_set(stop);
         }
         return 0;
       }
@@ -113,7 +113,7 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
     const size_t lo = so < P2P_HDR_BYTES ? P2P_HDR_BYTES : so;
     copy_bytes(dst + (lo - P2P_HDR_BYTES), slot + (lo - so), so + n - lo, t, EXEC_HALF);
     half_sync(2);
-    if (t == 0) st_release(c.head, pos + 1);
+    if (t == 0) st_release(c.head, pos + 1, c.sys);
   }
   return 1;
 }
@@ -168,8 +168,9 @@ static ncclResult_t p2p_table(void *const *bufs, int nbufs, cudaStream_t stream,
     f.first = first;
     f.n = nbufs - first < P2P_FILL ? nbufs - first : P2P_FILL;
     for (int i = 0; i < f.n; i++) f.ptrs[i] = (char *)bufs[first + i];
-    p2p_fill_kernel<<<1, P2P_FILL, 0, stream>>>(f);
-    cudaError_t e = cudaGetLastError();
+    void *args[] = {&f};
+    cudaError_t e =
+        cudaLaunchKernel((const void *)p2p_fill_kernel, dim3(1), dim3(P2P_FILL), args, 0, stream);
     if (e != cudaSuccess) {
       WARN("device engine: filling a send/recv buffer table of %d entries: %s", nbufs,
            cudaGetErrorString(e));
@@ -204,8 +205,9 @@ extern "C" ncclResult_t weft_dev_p2p_launch(const struct weft_dev_plan *plan,
     if (res != ncclSuccess) return res;
     a.table = table;
   }
-  weft_p2p_kernel<<<plan->nlanes, EXEC_THREADS, 0, stream>>>(a);
-  cudaError_t e = cudaGetLastError();
+  void *args[] = {&a};
+  cudaError_t e = cudaLaunchKernel((const void *)weft_p2p_kernel, dim3(plan->nlanes),
+                                   dim3(EXEC_THREADS), args, 0, stream);
   if (table != NULL) cudaFreeAsync(table, stream);
   if (e != cudaSuccess) {
     WARN("device engine: rank %d: launching the send/recv kernel (%d peers, %d ops): %s",

@@ -57,11 +57,9 @@ extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
   exec_args x = {};
   static_cast<exec_work &>(x) = work_of(plan, sendbuff, recvbuff, datatype, op);
   x.conns = *conns;
-  if (plan->proto == WEFT_PROTO_LL)
-    weft_plan_launch_ll(x, plan->nlanes, stream);
-  else
-    weft_plan_launch_simple(x, plan->nlanes, stream);
-  DEV_CUDA(cudaGetLastError(), "launching the plan kernel");
+  DEV_CUDA(plan->proto == WEFT_PROTO_LL ? weft_plan_launch_ll(x, plan->nlanes, stream)
+                                        : weft_plan_launch_simple(x, plan->nlanes, stream),
+           "launching the plan kernel");
   return ncclSuccess;
 }
 
@@ -92,11 +90,15 @@ extern "C" ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *
     if (c.plan->nlanes > nctas) nctas = c.plan->nlanes;
   }
   if (nctas == 0) return ncclSuccess;
-  if (proto == WEFT_PROTO_LL)
-    weft_fused_launch_ll(a, nctas, stream);
-  else
-    weft_fused_launch_simple(a, nctas, stream);
-  DEV_CUDA(cudaGetLastError(), "launching the fused plan kernel");
+  cudaError_t e = proto == WEFT_PROTO_LL ? weft_fused_launch_ll(a, nctas, stream)
+                                         : weft_fused_launch_simple(a, nctas, stream);
+  if (e != cudaSuccess) {
+    WARN(
+        "device engine: rank %d: launching the fused plan kernel (%d collectives, %d CTAs, %zu "
+        "bytes of arguments) failed: %s",
+        conns->rank, n, nctas, sizeof(a), cudaGetErrorString(e));
+    return ncclUnhandledCudaError;
+  }
   return ncclSuccess;
 }
 

@@ -106,7 +106,7 @@ __device__ inline int grid_barrier(const exec_args &x, unsigned *barrier, int *s
       uint64_t start = 0;
       for (unsigned spins = 0; *gen == g; spins++)
         if ((spins & 1023) == 0 && !wait_check(x, &start, w, g)) {
-          *stop = 1;
+          stop_set(stop);
           break;
         }
     }
@@ -132,20 +132,26 @@ __global__ void __launch_bounds__(EXEC_THREADS, 1) weft_fused_kernel(fused_args 
   }
 }
 
-/* Launchers of the two instantiations, one per translation unit. */
-void weft_plan_launch_simple(const exec_args &x, int nlanes, cudaStream_t stream);
-void weft_plan_launch_ll(const exec_args &x, int nlanes, cudaStream_t stream);
-void weft_fused_launch_simple(const fused_args &a, int nctas, cudaStream_t stream);
-void weft_fused_launch_ll(const fused_args &a, int nctas, cudaStream_t stream);
+/* Launchers of the two instantiations, one per translation unit. Each
+ * returns its launch's own status (cudaLaunchKernel), not whatever error
+ * an earlier runtime call left pending in the thread. */
+cudaError_t weft_plan_launch_simple(exec_args x, int nlanes, cudaStream_t stream);
+cudaError_t weft_plan_launch_ll(exec_args x, int nlanes, cudaStream_t stream);
+cudaError_t weft_fused_launch_simple(fused_args a, int nctas, cudaStream_t stream);
+cudaError_t weft_fused_launch_ll(fused_args a, int nctas, cudaStream_t stream);
 
 /* Defines one protocol's launchers and loader; plan_simple.cu and
  * plan_ll.cu each hold one. */
 #define WEFT_PLAN_KERNELS(name, PROTO)                                                    \
-  void weft_plan_launch_##name(const exec_args &x, int nlanes, cudaStream_t stream) {     \
-    weft_plan_kernel<PROTO><<<nlanes, EXEC_THREADS, 0, stream>>>(x);                      \
+  cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) {     \
+    void *args[] = {&x};                                                                  \
+    return cudaLaunchKernel((const void *)weft_plan_kernel<PROTO>, dim3(nlanes),          \
+                            dim3(EXEC_THREADS), args, 0, stream);                         \
   }                                                                                       \
-  void weft_fused_launch_##name(const fused_args &a, int nctas, cudaStream_t stream) {    \
-    weft_fused_kernel<PROTO><<<nctas, EXEC_THREADS, 0, stream>>>(a);                      \
+  cudaError_t weft_fused_launch_##name(fused_args a, int nctas, cudaStream_t stream) {    \
+    void *args[] = {&a};                                                                  \
+    return cudaLaunchKernel((const void *)weft_fused_kernel<PROTO>, dim3(nctas),          \
+                            dim3(EXEC_THREADS), args, 0, stream);                         \
   }                                                                                       \
   cudaError_t weft_plan_load_##name(void) {                                               \
     cudaFuncAttributes attr;                                                              \

@@ -17,14 +17,25 @@
 
 /* ---- Memory ordering ----------------------------------------------------- */
 
-__device__ __forceinline__ uint64_t ld_acquire(const uint64_t *p) {
+/* A link's counters synchronize its two ends: at GPU scope when both run
+ * on one GPU, at system scope when the link crosses GPUs (link.sys), where
+ * GPU scope would not order the peer GPU's threads. The release by one
+ * thread after a barrier of its half also publishes the half's slot
+ * writes (release is cumulative over what the barrier ordered before). */
+__device__ __forceinline__ uint64_t ld_acquire(const uint64_t *p, uint32_t sys) {
   uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  if (sys)
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  else
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 
-__device__ __forceinline__ void st_release(uint64_t *p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+__device__ __forceinline__ void st_release(uint64_t *p, uint64_t v, uint32_t sys) {
+  if (sys)
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  else
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 /* A counter nobody synchronizes on (LL's tail): no ordering asked. */
@@ -41,6 +52,16 @@ __device__ __forceinline__ uint64_t now_ns() {
 /* A barrier for one half of the CTA (ids 1 and 2; 0 is __syncthreads). */
 __device__ __forceinline__ void half_sync(int id) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(EXEC_HALF) : "memory");
+}
+
+/* The CTA's stop word (shared memory): one half sets it while the other
+ * runs and reads it, so both go through atomics; a plain flag would be a
+ * data race between the halves. */
+__device__ __forceinline__ void stop_set(int *stop) {
+  atomicExch(stop, 1);
+}
+__device__ __forceinline__ int stop_seen(int *stop) {
+  return atomicAdd(stop, 0) != 0;
 }
 
 /* half_sync that also returns whether any thread of the half passed a
@@ -142,12 +163,15 @@ __device__ inline int wait_check(const exec_args &x, uint64_t *start, const wait
 }
 
 /* Spins until *p passes the bound (ready(*p)), an error elsewhere, or the
- * timeout; returns 0 when the run must stop. Thread 0 of a half only. */
+ * timeout; returns 0 when the run must stop. *seen keeps the last value
+ * read. Thread 0 of a half only. */
 template <typename Ready>
-__device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, const wait_site &w) {
+__device__ int wait_for(const exec_args &x, const uint64_t *p, uint32_t sys, Ready ready,
+                        const wait_site &w, uint64_t *seen) {
   uint64_t start = 0;
   for (unsigned spins = 0;; spins++) {
-    uint64_t v = ld_acquire(p);
+    uint64_t v = ld_acquire(p, sys);
+    *seen = v;
     if (ready(v)) return 1;
     if ((spins & 1023) == 0 && !wait_check(x, &start, w, v)) return 0;
   }
@@ -156,34 +180,44 @@ __device__ int wait_for(const exec_args &x, const uint64_t *p, Ready ready, cons
 /* Slot waits of a half of the CTA: thread 0 spins, then the whole half
  * decides together (half_sync_any) whether to go on, so a failed wait or
  * a stop set by the other half ends every thread of it alike. 1: go on.
- * peer and channel name the link for a timeout's report. */
+ * peer and channel name the link for a timeout's report. *seen is thread
+ * 0's last reading of the peer's counter (0 before the first): while it
+ * already allows slot pos, nothing is read. The counter only grows, and
+ * the acquire that read it ordered every slot up to it, so the reading
+ * stays good; on a link across GPUs this saves a round trip per slot. */
 
 /* The sending half (barrier 1): until slot pos of c (to peer) is free. */
 __device__ inline int half_wait_free(const exec_args &x, const weft_dev_link &c, int peer,
-                                     int channel, int proto, uint64_t pos, int t, int *stop) {
+                                     int channel, int proto, uint64_t pos, uint64_t *seen, int t,
+                                     int *stop) {
   int failed = 0;
   if (t == 0) {
     const uint64_t ns = (uint64_t)x.conns.nslots;
-    const wait_site w = {WEFT_DEV_WAIT_FREE, peer, channel, proto, pos};
-    failed = !wait_for(
-        x, c.head, [=](uint64_t v) { return pos - v < ns; }, w);
-    if (failed) *stop = 1;
+    if (!(*seen <= pos && pos - *seen < ns)) {
+      const wait_site w = {WEFT_DEV_WAIT_FREE, peer, channel, proto, pos};
+      failed = !wait_for(
+          x, c.head, c.sys, [=](uint64_t v) { return pos - v < ns; }, w, seen);
+    }
+    if (failed) stop_set(stop);
   }
-  return !half_sync_any(1, failed || *(volatile int *)stop);
+  return !half_sync_any(1, failed || (t == 0 && stop_seen(stop)));
 }
 
 /* The receiving half (barrier 2): until slot pos of c (from peer) is
  * filled. */
 __device__ inline int half_wait_filled(const exec_args &x, const weft_dev_link &c, int peer,
-                                       int channel, uint64_t pos, int t, int *stop) {
+                                       int channel, uint64_t pos, uint64_t *seen, int t,
+                                       int *stop) {
   int failed = 0;
   if (t == 0) {
-    const wait_site w = {WEFT_DEV_WAIT_DATA, peer, channel, WEFT_PROTO_SIMPLE, pos};
-    failed = !wait_for(
-        x, c.tail, [=](uint64_t v) { return v > pos; }, w);
-    if (failed) *stop = 1;
+    if (!(*seen > pos)) {
+      const wait_site w = {WEFT_DEV_WAIT_DATA, peer, channel, WEFT_PROTO_SIMPLE, pos};
+      failed = !wait_for(
+          x, c.tail, c.sys, [=](uint64_t v) { return v > pos; }, w, seen);
+    }
+    if (failed) stop_set(stop);
   }
-  return !half_sync_any(2, failed || *(volatile int *)stop);
+  return !half_sync_any(2, failed || (t == 0 && stop_seen(stop)));
 }
 
 /* ---- Where a receive goes ------------------------------------------------ */
@@ -224,14 +258,15 @@ __device__ inline int exec_send(const exec_args &x, const weft_dev_lane &l, cons
   const char *src = buf_of(x, l, s.send_buf, s.send_off);
   const size_t sb = x.conns.slot_bytes;
   const int ns = x.conns.nslots;
-  uint64_t pos = *(volatile uint64_t *)c.tail;
+  uint64_t pos = *(volatile uint64_t *)c.tail, head = 0;
   for (size_t off = 0; off < s.send_bytes; off += sb, pos++) {
     size_t n = s.send_bytes - off < sb ? s.send_bytes - off : sb;
-    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, t, stop)) return 0;
+    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_SIMPLE, pos, &head, t, stop))
+      return 0;
     copy_bytes(c.slots + (pos % ns) * sb, src + off, n, t, EXEC_HALF);
-    __threadfence();
+    /* The barrier orders the half's copies before thread 0's release. */
     half_sync(1);
-    if (t == 0) st_release(c.tail, pos + 1);
+    if (t == 0) st_release(c.tail, pos + 1, c.sys);
   }
   return 1;
 }
@@ -242,13 +277,13 @@ __device__ inline int exec_recv(const exec_args &x, const weft_dev_lane &l, cons
   const recv_target r = recv_target_of(x, l, s);
   const size_t sb = x.conns.slot_bytes;
   const int ns = x.conns.nslots;
-  uint64_t pos = *(volatile uint64_t *)c.head;
+  uint64_t pos = *(volatile uint64_t *)c.head, tail = 0;
   for (size_t off = 0; off < s.recv_bytes; off += sb, pos++) {
     size_t n = s.recv_bytes - off < sb ? s.recv_bytes - off : sb;
-    if (!half_wait_filled(x, c, s.recv_peer, l.channel, pos, t, stop)) return 0;
+    if (!half_wait_filled(x, c, s.recv_peer, l.channel, pos, &tail, t, stop)) return 0;
     recv_out(x, r, off, c.slots + (pos % ns) * sb, n, t);
     half_sync(2);
-    if (t == 0) st_release(c.head, pos + 1);
+    if (t == 0) st_release(c.head, pos + 1, c.sys);
   }
   return 1;
 }

@@ -174,10 +174,10 @@ static __device__ __noinline__ int ll_send(const exec_args &x, const weft_dev_la
   const size_t sb = x.conns.ll_slot_bytes, pay = sb / 2;
   const int ns = x.conns.nslots;
   const int al = align8(src); /* offsets below are multiples of pay, itself of 8 */
-  uint64_t pos = *(volatile uint64_t *)c.tail;
+  uint64_t pos = *(volatile uint64_t *)c.tail, head = 0;
   for (size_t off = 0; off < s.send_bytes; off += pay, pos++) {
     size_t n = s.send_bytes - off < pay ? s.send_bytes - off : pay;
-    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_LL, pos, t, stop)) return 0;
+    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_LL, pos, &head, t, stop)) return 0;
     ll_write((uint4 *)(c.ll + (pos % ns) * sb), ll_flag(pos, ns), src + off, n, al, t);
   }
   /* Bookkeeping only: the flags carry the data, so no fence before it. */
@@ -201,13 +201,13 @@ static __device__ __noinline__ int ll_recv(const exec_args &x, const weft_dev_la
     const wait_site w = {WEFT_DEV_WAIT_DATA, s.recv_peer, l.channel, WEFT_PROTO_LL, pos};
     int failed =
         !ll_read(x, w, slot, ll_flag(pos, ns), n, copy ? r.dst + off : stage, copy ? al : 8, t);
-    if (failed) *stop = 1;
-    if (half_sync_any(2, failed || *(volatile int *)stop)) return 0;
+    if (failed) stop_set(stop);
+    if (half_sync_any(2, failed || (t == 0 && stop_seen(stop)))) return 0;
     if (!copy) {
       ll_reduce_out(x, r, off, stage, n, t);
       half_sync(2);
     }
-    if (t == 0) st_release(c.head, pos + 1);
+    if (t == 0) st_release(c.head, pos + 1, c.sys);
   }
   return 1;
 }

@@ -139,14 +139,15 @@ struct elem<__nv_fp8_e5m2> : elem_fp8<__nv_fp8_e5m2, 0x7cu, true> {};
 
 /* dst = a op b over bytes (b alone for OP_COPY), then / nranks when div.
  * b may be a FIFO slot: read through L2 (__ldcg), never a stale L1 line.
- * 16-byte vectors when all three pointers allow, 4 in flight per thread. */
+ * 16-byte vectors when all three pointers allow, 4 in flight per thread
+ * (a copy holds no second operand: 8). */
 template <typename T, int OP>
 __device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t,
                      int nt) {
   const size_t ne = bytes / sizeof(T);
   size_t done = 0;
   if ((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {
-    const int V = 16 / sizeof(T), U = 4;
+    const int V = 16 / sizeof(T), U = OP == OP_COPY ? 8 : 4;
     const size_t nv = bytes / 16;
     uint4 *d4 = (uint4 *)dst;
     const uint4 *a4 = (const uint4 *)a, *b4 = (const uint4 *)b;

@@ -46,9 +46,6 @@ __attribute__((constructor)) static void cuda_more_queues(void) {
  * one is freed in stream order (plans recorded into a CUDA graph stay). */
 #define PLAN_CACHE_MAX 128
 
-/* Bytes of a PCI bus id string ("00000000:00:06.0" and its NUL fit). */
-#define WEFT_BUSID_BYTES 32
-
 /* A collective's shape; for grouped send/recv func is WEFT_FUNC_SEND,
  * count the number of ops and ops_hash a hash of their list (the entry
  * keeps the list itself, compared on a hash match). */
@@ -80,6 +77,7 @@ struct inbox_card {
   int pid;
   int dev;
   void *base;
+  size_t slot_bytes; /* a sender lays out its slots as the receiver's */
   cudaIpcMemHandle_t handle;
 };
 
@@ -114,45 +112,61 @@ int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   return comm->cuda != NULL ? comm->cuda->conns.nchannels / 2 : 1;
 }
 
-/* How many ranks of comm run on this rank's GPU (itself included), by PCI
- * bus id, so the same GPU counts once whatever each process calls it. */
-static ncclResult_t ranks_on_device(struct ncclComm *comm, int dev, int *out) {
-  char(*ids)[WEFT_BUSID_BYTES] = calloc((size_t)comm->nranks, WEFT_BUSID_BYTES);
-  if (ids == NULL) {
-    WARN("rank %d: out of memory exchanging PCI bus ids", comm->rank);
-    return ncclSystemError;
-  }
-  ncclResult_t res = ncclSuccess;
-  cudaError_t err = cudaDeviceGetPCIBusId(ids[comm->rank], WEFT_BUSID_BYTES, dev);
-  if (err != cudaSuccess) {
-    WARN("rank %d: CUDA engine: cudaDeviceGetPCIBusId: %s", comm->rank, cudaGetErrorString(err));
-    res = ncclUnhandledCudaError;
-  }
-  if (res == ncclSuccess) res = weft_bootstrap_allgather(comm->bootstrap, ids, WEFT_BUSID_BYTES);
-  int n = 0;
-  for (int p = 0; p < comm->nranks && res == ncclSuccess; p++)
-    n += strncmp(ids[p], ids[comm->rank], WEFT_BUSID_BYTES) == 0;
-  free(ids);
-  *out = n;
-  return res;
+/* Whether peer p runs on another GPU than this rank, by the PCI bus ids
+ * exchanged at init, so the same GPU counts once whatever each process
+ * calls it (the kernel path runs on one host only). */
+static int on_other_gpu(const struct ncclComm *comm, int p) {
+  return strcmp(comm->peers[p].busid, comm->peers[comm->rank].busid) != 0;
 }
 
 /* Lanes (CTAs of 512 threads, one per SM) one launch may use: every rank
  * on the GPU has a launch running at once, and their CTAs wait for each
  * other, so together they must fit the GPU's SMs. */
 static ncclResult_t lanes_cap(struct ncclComm *comm, int dev, int *out) {
-  int sms = 0, here = 1;
+  int sms = 0, here = 0;
   cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (err != cudaSuccess) {
     WARN("rank %d: CUDA engine: the SM count of device %d: %s", comm->rank, dev,
          cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
-  WEFT_CHECK(ranks_on_device(comm, dev, &here));
+  for (int p = 0; p < comm->nranks; p++) here += !on_other_gpu(comm, p);
   *out = sms / here > 0 ? sms / here : 1;
   INFO(WEFT_INIT, "rank %d: CUDA engine: %d ranks on device %d (%d SMs): at most %d CTAs a launch",
        comm->rank, here, dev, sms, *out);
   return ncclSuccess;
+}
+
+/* Simple slots of ranks on different GPUs: a link's 8 slots then hold
+ * 4 MiB, NCCL's default buffer per connection. On 2 H200s over NVLink
+ * (nccl-tests all_reduce_perf through weft, 16 channels, 4 MiB chunks,
+ * 1 GiB, 2026-11-29) busbw was 212 GB/s with 128 KiB slots and 256-259
+ * with 512 KiB (docs/PERFORMANCE.md). Ranks that all share one GPU keep
+ * the device default (128 KiB): their inboxes add up in that GPU's
+ * memory. */
+#define CROSS_GPU_SLOT_BYTES (512u << 10)
+
+/* The Simple slot size of this rank's inbox, the same on every rank (all
+ * see the same bus ids and environment; map_peers checks): NCCL_BUFFSIZE,
+ * when set, is one link's slots together, as NCCL's per-connection
+ * buffer; else CROSS_GPU_SLOT_BYTES when some rank is on another GPU, else
+ * the device default (0). */
+static size_t slot_bytes(const struct ncclComm *comm) {
+  if (!weft_param_is_set(WEFT_PARAM_BUFFSIZE)) {
+    for (int p = 0; p < comm->nranks; p++)
+      if (on_other_gpu(comm, p)) return CROSS_GPU_SLOT_BYTES;
+    return 0;
+  }
+  int64_t b = weft_param_int(WEFT_PARAM_BUFFSIZE) / WEFT_DEV_NSLOTS;
+  b -= b % 16;
+  const int64_t lo = WEFT_DEV_LL_SLOT_BYTES / 2;
+  if (b < lo) {
+    INFO(WEFT_INIT, "rank %d: NCCL_BUFFSIZE=%lld is below %lld bytes a link: using that",
+         comm->rank, (long long)weft_param_int(WEFT_PARAM_BUFFSIZE),
+         (long long)lo * WEFT_DEV_NSLOTS);
+    b = lo;
+  }
+  return (size_t)b;
 }
 
 /* Maps every peer's inbox into this process. */
@@ -167,12 +181,21 @@ static ncclResult_t map_peers(struct ncclComm *comm, struct weft_cuda_engine *e)
   me->pid = (int)getpid();
   me->dev = e->dev;
   me->base = e->inbox.base;
+  me->slot_bytes = e->inbox.slot_bytes;
   CUDA_GOTO(comm, cudaIpcGetMemHandle(&me->handle, e->inbox.base), "cudaIpcGetMemHandle", out);
   res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
   if (res != ncclSuccess) goto out;
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     const struct inbox_card *c = &cards[p];
+    if (c->slot_bytes != me->slot_bytes) {
+      WARN(
+          "rank %d: CUDA engine: rank %d has slots of %zu bytes and this rank %zu: every rank "
+          "must see the same NCCL_BUFFSIZE",
+          comm->rank, p, c->slot_bytes, me->slot_bytes);
+      res = ncclInvalidUsage;
+      goto out;
+    }
     if (c->pid == me->pid) {
       if (c->dev != e->dev) {
         cudaError_t err = cudaDeviceEnablePeerAccess(c->dev, 0);
@@ -191,6 +214,19 @@ static ncclResult_t map_peers(struct ncclComm *comm, struct weft_cuda_engine *e)
   }
 out:
   free(cards);
+  return res;
+}
+
+/* The link tables, system-scope ordering on the links to other GPUs. */
+static ncclResult_t build_conns(struct ncclComm *comm, struct weft_cuda_engine *e) {
+  unsigned char *cross = calloc((size_t)comm->nranks, 1);
+  if (cross == NULL) {
+    WARN("rank %d: out of memory building the CUDA links", comm->rank);
+    return ncclSystemError;
+  }
+  for (int p = 0; p < comm->nranks; p++) cross[p] = (unsigned char)on_other_gpu(comm, p);
+  ncclResult_t res = weft_dev_conns_build(&e->inbox, e->peer_bases, cross, comm->rank, &e->conns);
+  free(cross);
   return res;
 }
 
@@ -250,11 +286,11 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   memset(e->flags, 0, sizeof(*e->flags));
   res = weft_dev_barrier_create(&e->barrier);
   if (res != ncclSuccess) goto err;
-  res = weft_dev_inbox_create(comm->nranks, nch * 2, &e->inbox);
+  res = weft_dev_inbox_create(comm->nranks, nch * 2, slot_bytes(comm), &e->inbox);
   if (res != ncclSuccess) goto err;
   res = map_peers(comm, e);
   if (res != ncclSuccess) goto err;
-  res = weft_dev_conns_build(&e->inbox, e->peer_bases, comm->rank, &e->conns);
+  res = build_conns(comm, e);
   if (res != ncclSuccess) goto err;
   struct engine_flags *flags_dev = NULL;
   CUDA_GOTO(comm, cudaHostGetDevicePointer((void **)&flags_dev, e->flags, 0),
