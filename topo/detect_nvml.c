@@ -42,8 +42,7 @@ static int nvml_load(void *lib, struct nvml_api *api) {
   sym(lib, "nvmlDeviceGetNvLinkState", &api->link_state);
   sym(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", &api->remote_pci);
   sym(lib, "nvmlDeviceGetNvLinkRemoteDeviceType", &api->remote_type);
-  return api->init && api->shutdown && api->by_busid && api->link_state && api->remote_pci ? 0
-                                                                                          : -1;
+  return api->init && api->shutdown && api->by_busid && api->link_state && api->remote_pci ? 0 : -1;
 }
 
 /* Adds one link from GPU node g to target, merging with a listed one. */
@@ -58,31 +57,68 @@ static ncclResult_t add_link(struct weft_topo *topo, int g, const char *target, 
   return weft_topo_add_nvlink(topo, g, target, tclass, 1);
 }
 
+/* What NVML answered for one GPU's links, for the INFO line that says why
+ * links are missing (a VM may hide them, or name far ends by bus ids the
+ * guest does not have). */
+struct link_census {
+  int inactive, state_err, pci_err, unknown_far;
+  int first_err; /* the first NVML error code, 0 for none */
+};
+
+static void census_err(struct link_census *c, int *count, int err) {
+  (*count)++;
+  if (c->first_err == 0) c->first_err = err;
+}
+
 static ncclResult_t gpu_links(struct weft_topo *topo, const struct nvml_api *api, int g,
                               int *links_out) {
   weft_nvml_device_t dev;
   char target[WEFT_TOPO_BUSID_LEN];
+  struct link_census c = {0, 0, 0, 0, 0};
   *links_out = 0;
-  if (api->by_busid(topo->nodes[g].busid, &dev) != 0) return ncclSuccess;
+  int err = api->by_busid(topo->nodes[g].busid, &dev);
+  if (err != 0) {
+    INFO(WEFT_GRAPH, "topology: NVML has no device at bus id %s (NVML error %d)",
+         topo->nodes[g].busid, err);
+    return ncclSuccess;
+  }
   for (unsigned l = 0; l < WEFT_NVML_MAX_LINKS; l++) {
     int active = 0, type = -1;
     struct weft_nvml_pci_info pci;
     memset(&pci, 0, sizeof(pci));
-    if (api->link_state(dev, l, &active) != 0 || !active) continue;
-    if (api->remote_pci(dev, l, &pci) != 0) continue;
+    if ((err = api->link_state(dev, l, &active)) != 0) {
+      census_err(&c, &c.state_err, err);
+      continue;
+    }
+    if (!active) {
+      c.inactive++;
+      continue;
+    }
+    if ((err = api->remote_pci(dev, l, &pci)) != 0) {
+      census_err(&c, &c.pci_err, err);
+      continue;
+    }
     pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
     if (weft_topo_busid_normalize(pci.bus_id, target) != 0) continue;
     if (api->remote_type == NULL || api->remote_type(dev, l, &type) != 0) type = -1;
     int to = weft_topo_find_busid(topo, target);
+    if (to < 0) c.unknown_far++;
     /* Without the kind, a target that is not one of our GPUs is taken for
      * an NVSwitch, as NCCL does. */
     int gpu = type == WEFT_NVML_REMOTE_GPU ||
               (type < 0 && to >= 0 && topo->nodes[to].kind == WEFT_TOPO_GPU);
-    uint32_t tclass = gpu ? 0x030200 : type == WEFT_NVML_REMOTE_SWITCH || type < 0 ? 0x068000
-                                                                                 : 0x060000;
+    uint32_t tclass = gpu                                           ? 0x030200
+                      : type == WEFT_NVML_REMOTE_SWITCH || type < 0 ? 0x068000
+                                                                    : 0x060000;
     WEFT_CHECK(add_link(topo, g, target, tclass));
     (*links_out)++;
   }
+  INFO(WEFT_GRAPH,
+       "topology: NVML, GPU %s: %d active links (%d to bus ids not in this topology), %d "
+       "inactive, %d whose state NVML refused, %d whose far end NVML refused (first NVML "
+       "error %d)",
+       topo->nodes[g].busid, *links_out, c.unknown_far, c.inactive, c.state_err, c.pci_err,
+       c.first_err);
   return ncclSuccess;
 }
 
