@@ -3,7 +3,6 @@
 
 #include <cuda_runtime_api.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,17 +39,6 @@ const char *gpu_error_string(int err) {
   return cudaGetErrorString((cudaError_t)err);
 }
 
-static void append(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t len, const char *fmt, ...) {
-  size_t used = strnlen(buf, len);
-  if (used + 1 >= len) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf + used, len - used, fmt, ap);
-  va_end(ap);
-}
-
 /* The failure lines of a worker's stderr, in order, into why. */
 static void collect_failures(const char *text, char *why, size_t why_len) {
   const char *line = text;
@@ -59,7 +47,7 @@ static void collect_failures(const char *text, char *why, size_t why_len) {
     size_t n = end != NULL ? (size_t)(end - line) : strlen(line);
     if (strncmp(line, "FAIL", 4) == 0 || strncmp(line, "[harness", 8) == 0 ||
         strncmp(line, "harness:", 8) == 0)
-      append(why, why_len, "\n  %.*s", (int)(n < 600 ? n : 600), line);
+      harness_append(why, why_len, "\n  %.*s", (int)(n < 600 ? n : 600), line);
     line = end != NULL ? end + 1 : NULL;
   }
 }
@@ -79,11 +67,11 @@ int gpu_worker(char *const argv[], const char *const env[], int timeout_s, char 
   int ok = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   if (!ok) {
     if (st == -1)
-      append(why, why_len, "did not finish in %d s (killed) or could not start", timeout_s);
+      harness_append(why, why_len, "did not finish in %d s (killed) or could not start", timeout_s);
     else if (WIFSIGNALED(st))
-      append(why, why_len, "died of signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+      harness_append(why, why_len, "died of signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
-      append(why, why_len, "exited with status %d", WEXITSTATUS(st));
+      harness_append(why, why_len, "exited with status %d", WEXITSTATUS(st));
     if (err != NULL) collect_failures(err, why, why_len);
   }
   free(err);

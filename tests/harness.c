@@ -65,10 +65,7 @@ void harness_env_defaults(void) {
   setenv("WEFT_TIMEOUT", "10", 0);
 }
 
-/* Appends printf output to buf (length len), never overflowing. */
-static void append(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t len, const char *fmt, ...) {
+void harness_append(char *buf, size_t len, const char *fmt, ...) {
   size_t used = strnlen(buf, len);
   if (used + 1 >= len) return;
   va_list ap;
@@ -95,22 +92,22 @@ static void report(char *why, size_t why_len, const struct rank_slot *slots, int
       case RANK_NOT_STARTED: continue;
       case RANK_RUNNING:
       case RANK_KILLED:
-        append(why, why_len, "rank %d: still running at the deadline, killed", r);
+        harness_append(why, why_len, "rank %d: still running at the deadline, killed", r);
         break;
       case RANK_FAILED:
         if (s->pid > 0 && WIFSIGNALED(s->status))
-          append(why, why_len, "rank %d: died of signal %d (%s)", r, WTERMSIG(s->status),
-                 strsignal(WTERMSIG(s->status)));
+          harness_append(why, why_len, "rank %d: died of signal %d (%s)", r, WTERMSIG(s->status),
+                         strsignal(WTERMSIG(s->status)));
         else if (s->pid > 0)
-          append(why, why_len, "rank %d: exited with status %d", r, WEXITSTATUS(s->status));
+          harness_append(why, why_len, "rank %d: exited with status %d", r, WEXITSTATUS(s->status));
         else
-          append(why, why_len, "rank %d: returned %d", r, s->status);
+          harness_append(why, why_len, "rank %d: returned %d", r, s->status);
         break;
     }
-    append(why, why_len, "%s%s; ", msg[0] ? ": " : "", msg);
+    harness_append(why, why_len, "%s%s; ", msg[0] ? ": " : "", msg);
   }
   if (why[0] == '\0')
-    append(why, why_len, "every rank of %d (%d started) failed to report", nranks, nstart);
+    harness_append(why, why_len, "every rank of %d (%d started) failed to report", nranks, nstart);
 }
 
 /* Reads the id the parent sends; 0 on success. */
@@ -177,8 +174,8 @@ static int run_procs(int nranks, int nstart, double deadline, harness_rank_fn fn
   memset(&id, 0, sizeof id);
   ncclResult_t res = no_id || nstart == 0 ? ncclSuccess : ncclGetUniqueId(&id);
   if (res != ncclSuccess)
-    append(why, why_len, "ncclGetUniqueId -> %d (%s): %s; ", (int)res, ncclGetErrorString(res),
-           ncclGetLastError(NULL));
+    harness_append(why, why_len, "ncclGetUniqueId -> %d (%s): %s; ", (int)res,
+                   ncclGetErrorString(res), ncclGetLastError(NULL));
   for (int r = 0; r < nstart; r++) {
     if (res == ncclSuccess && write(pipes[r], &id, sizeof id) != (ssize_t)sizeof id)
       harness_fail(__FILE__, __LINE__, "sending the id to rank %d: %s", r, strerror(errno));
@@ -324,7 +321,7 @@ int harness_run(const struct harness_opts *opts, harness_rank_fn fn, void *arg, 
   int nranks = opts->nranks;
   int nstart = opts->nstart > 0 ? opts->nstart : nranks;
   if (nranks < 1 || nstart > nranks) {
-    append(why, why_len, "harness: bad nranks %d / nstart %d", nranks, nstart);
+    harness_append(why, why_len, "harness: bad nranks %d / nstart %d", nranks, nstart);
     return 1;
   }
   double deadline = harness_now() + (opts->timeout_s > 0 ? opts->timeout_s : 60);
@@ -333,14 +330,14 @@ int harness_run(const struct harness_opts *opts, harness_rank_fn fn, void *arg, 
   msg_area = mmap(NULL, area_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (msg_area == MAP_FAILED) {
     msg_area = NULL;
-    append(why, why_len, "harness: mmap: %s", strerror(errno));
+    harness_append(why, why_len, "harness: mmap: %s", strerror(errno));
     return 1;
   }
   msg_nranks = nranks;
 
   struct rank_slot *slots = calloc((size_t)nranks, sizeof *slots);
   if (slots == NULL) {
-    append(why, why_len, "harness: out of memory");
+    harness_append(why, why_len, "harness: out of memory");
     munmap(msg_area, area_len);
     msg_area = NULL;
     return 1;
@@ -353,8 +350,8 @@ int harness_run(const struct harness_opts *opts, harness_rank_fn fn, void *arg, 
     memset(&id, 0, sizeof id);
     ncclResult_t res = opts->no_id ? ncclSuccess : ncclGetUniqueId(&id);
     if (res != ncclSuccess) {
-      append(why, why_len, "ncclGetUniqueId -> %d (%s): %s", (int)res, ncclGetErrorString(res),
-             ncclGetLastError(NULL));
+      harness_append(why, why_len, "ncclGetUniqueId -> %d (%s): %s", (int)res,
+                     ncclGetErrorString(res), ncclGetLastError(NULL));
       failed = 1;
     } else {
       run_threads(nranks, nstart, deadline, fn, arg, id, slots);

@@ -56,6 +56,11 @@ int harness_solo(int timeout_s, harness_rank_fn fn, void *arg, char *why, size_t
 int harness_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Appends printf output to buf (length len), never overflowing: how the
+ * harnesses build their reports. */
+void harness_append(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The rank the calling thread runs as (-1 outside the harness). */
 int harness_rank(void);
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "nccl.h"
 
@@ -23,6 +24,13 @@ struct weft_peer_info {
   uint64_t topo_hash;
   char busid[24]; /* the GPU's PCI bus id; "" for a host rank */
 };
+
+/* Whether two ranks of one host run on the same GPU: by PCI bus id, which
+ * names a GPU alike in every process, whatever device number each uses. */
+static inline int weft_peer_same_gpu(const struct weft_peer_info *a,
+                                     const struct weft_peer_info *b) {
+  return strcmp(a->busid, b->busid) == 0;
+}
 
 struct weft_conn;
 struct weft_channel_conns;

@@ -86,6 +86,7 @@ struct weft_cuda_engine {
   struct weft_dev_inbox inbox;
   void **peer_bases;     /* nranks: this process's address of each peer's inbox */
   unsigned char *opened; /* nranks: peer_bases[p] is a CUDA IPC mapping */
+  unsigned char *cross;  /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
   struct engine_flags *flags;
@@ -112,17 +113,11 @@ int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   return comm->cuda != NULL ? comm->cuda->conns.nchannels / 2 : 1;
 }
 
-/* Whether peer p runs on another GPU than this rank, by the PCI bus ids
- * exchanged at init, so the same GPU counts once whatever each process
- * calls it (the kernel path runs on one host only). */
-static int on_other_gpu(const struct ncclComm *comm, int p) {
-  return strcmp(comm->peers[p].busid, comm->peers[comm->rank].busid) != 0;
-}
-
 /* Lanes (CTAs of 512 threads, one per SM) one launch may use: every rank
  * on the GPU has a launch running at once, and their CTAs wait for each
  * other, so together they must fit the GPU's SMs. */
-static ncclResult_t lanes_cap(struct ncclComm *comm, int dev, int *out) {
+static ncclResult_t lanes_cap(struct ncclComm *comm, const unsigned char *cross, int dev,
+                              int *out) {
   int sms = 0, here = 0;
   cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   if (err != cudaSuccess) {
@@ -130,7 +125,7 @@ static ncclResult_t lanes_cap(struct ncclComm *comm, int dev, int *out) {
          cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
-  for (int p = 0; p < comm->nranks; p++) here += !on_other_gpu(comm, p);
+  for (int p = 0; p < comm->nranks; p++) here += !cross[p];
   *out = sms / here > 0 ? sms / here : 1;
   INFO(WEFT_INIT, "rank %d: CUDA engine: %d ranks on device %d (%d SMs): at most %d CTAs a launch",
        comm->rank, here, dev, sms, *out);
@@ -149,12 +144,12 @@ static ncclResult_t lanes_cap(struct ncclComm *comm, int dev, int *out) {
 /* The Simple slot size of this rank's inbox, the same on every rank (all
  * see the same bus ids and environment; map_peers checks): NCCL_BUFFSIZE,
  * when set, is one link's slots together, as NCCL's per-connection
- * buffer; else CROSS_GPU_SLOT_BYTES when some rank is on another GPU, else
- * the device default (0). */
-static size_t slot_bytes(const struct ncclComm *comm) {
+ * buffer; else CROSS_GPU_SLOT_BYTES when some rank is on another GPU
+ * (cross[p]), else the device default (0). */
+static size_t slot_bytes(const struct ncclComm *comm, const unsigned char *cross) {
   if (!weft_param_is_set(WEFT_PARAM_BUFFSIZE)) {
     for (int p = 0; p < comm->nranks; p++)
-      if (on_other_gpu(comm, p)) return CROSS_GPU_SLOT_BYTES;
+      if (cross[p]) return CROSS_GPU_SLOT_BYTES;
     return 0;
   }
   int64_t b = weft_param_int(WEFT_PARAM_BUFFSIZE) / WEFT_DEV_NSLOTS;
@@ -217,19 +212,6 @@ out:
   return res;
 }
 
-/* The link tables, system-scope ordering on the links to other GPUs. */
-static ncclResult_t build_conns(struct ncclComm *comm, struct weft_cuda_engine *e) {
-  unsigned char *cross = calloc((size_t)comm->nranks, 1);
-  if (cross == NULL) {
-    WARN("rank %d: out of memory building the CUDA links", comm->rank);
-    return ncclSystemError;
-  }
-  for (int p = 0; p < comm->nranks; p++) cross[p] = (unsigned char)on_other_gpu(comm, p);
-  ncclResult_t res = weft_dev_conns_build(&e->inbox, e->peer_bases, cross, comm->rank, &e->conns);
-  free(cross);
-  return res;
-}
-
 static void engine_free(struct weft_cuda_engine *e, int nranks) {
   for (int p = 0; p < nranks && e->opened != NULL; p++)
     if (e->opened[p]) cudaIpcCloseMemHandle(e->peer_bases[p]);
@@ -247,6 +229,7 @@ static void engine_free(struct weft_cuda_engine *e, int nranks) {
   free(e->plans);
   free(e->peer_bases);
   free(e->opened);
+  free(e->cross);
   free(e);
 }
 
@@ -256,19 +239,25 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (e != NULL) {
     e->peer_bases = calloc((size_t)comm->nranks, sizeof(*e->peer_bases));
     e->opened = calloc((size_t)comm->nranks, 1);
+    e->cross = calloc((size_t)comm->nranks, 1);
     e->plans = calloc(PLAN_CACHE_MAX, sizeof(*e->plans));
   }
-  if (e == NULL || e->peer_bases == NULL || e->opened == NULL || e->plans == NULL) {
+  if (e == NULL || e->peer_bases == NULL || e->opened == NULL || e->cross == NULL ||
+      e->plans == NULL) {
     WARN("rank %d: out of memory for the CUDA engine", comm->rank);
     if (e != NULL) engine_free(e, comm->nranks);
     return ncclSystemError;
   }
   e->dev = comm->cuda_dev;
+  /* By the PCI bus ids exchanged at init, so the same GPU counts once
+   * whatever each process calls it (the kernel path runs on one host). */
+  for (int p = 0; p < comm->nranks; p++)
+    e->cross[p] = !weft_peer_same_gpu(&comm->peers[p], &comm->peers[comm->rank]);
   weft_device_select(e->dev);
   res = weft_dev_pool_no_hidden_waits(e->dev);
   if (res == ncclSuccess) res = weft_dev_load_kernels();
   int max_lanes = 1;
-  if (res == ncclSuccess) res = lanes_cap(comm, e->dev, &max_lanes);
+  if (res == ncclSuccess) res = lanes_cap(comm, e->cross, e->dev, &max_lanes);
   if (res != ncclSuccess) goto err;
   /* FIFOs for the most channels a plan can use (trees use twice as many). */
   int nch = weft_tune_max_channels(1);
@@ -286,11 +275,11 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   memset(e->flags, 0, sizeof(*e->flags));
   res = weft_dev_barrier_create(&e->barrier);
   if (res != ncclSuccess) goto err;
-  res = weft_dev_inbox_create(comm->nranks, nch * 2, slot_bytes(comm), &e->inbox);
+  res = weft_dev_inbox_create(comm->nranks, nch * 2, slot_bytes(comm, e->cross), &e->inbox);
   if (res != ncclSuccess) goto err;
   res = map_peers(comm, e);
   if (res != ncclSuccess) goto err;
-  res = build_conns(comm, e);
+  res = weft_dev_conns_build(&e->inbox, e->peer_bases, e->cross, comm->rank, &e->conns);
   if (res != ncclSuccess) goto err;
   struct engine_flags *flags_dev = NULL;
   CUDA_GOTO(comm, cudaHostGetDevicePointer((void **)&flags_dev, e->flags, 0),

@@ -36,7 +36,7 @@ static const char *pair_blocker(const struct ncclComm *comm, int p, int mps) {
       return "on a GPU this one has no peer access to";
     return NULL;
   }
-  if (strcmp(q->busid, me->busid) == 0)
+  if (weft_peer_same_gpu(q, me))
     return mps ? NULL : "on this GPU in another process, and MPS is not running";
   int dev = -1, ok = 0;
   if (cudaDeviceGetByPCIBusId(&dev, q->busid) != cudaSuccess)
