@@ -2,6 +2,8 @@
  * bounded by a deadline, reporting which rank failed and why. */
 #include "harness.h"
 
+#include "fork_guard.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +23,9 @@
 /* How long the other ranks may go on after one failed (they often fail
  * with a message worth reading, weft promising errors rather than hangs). */
 #define GRACE_S 15.0
+/* How long the last run's bootstrap root (a detached thread that ends once
+ * its ranks have their ring) may take to go before ranks are forked. */
+#define FORK_WAIT_MS 5000
 
 /* One message slot per rank, shared with forked ranks. */
 static char *msg_area;
@@ -125,10 +130,21 @@ static int read_id(int fd, ncclUniqueId *id) {
 /* Ranks are forked before the parent calls ncclGetUniqueId, which starts
  * threads: a child forked from a threaded process may inherit a lock some
  * other thread held (the allocator's, the library's) and hang on it. The id
- * then reaches each rank through a pipe. */
+ * then reaches each rank through a pipe. A process that still has threads
+ * here (a communicator of its own, threads mode before procs mode) gets a
+ * clear failure instead of an occasional hang. */
 static int run_procs(int nranks, int nstart, double deadline, harness_rank_fn fn, void *arg,
                      int no_id, struct rank_slot *slots, char *why, size_t why_len) {
   pid_t parent = getpid();
+  int threads = fork_guard_wait(FORK_WAIT_MS);
+  if (threads != 0) {
+    harness_append(why, why_len,
+                   "harness: cannot fork %d rank processes: this process has %d threads (a "
+                   "communicator, or threads-mode ranks, still running); fork the ranks before "
+                   "its first NCCL call, or run them as threads; ",
+                   nstart, threads);
+    return 1;
+  }
   int *pipes = calloc((size_t)nstart, sizeof *pipes);
   if (pipes == NULL) return harness_fail(__FILE__, __LINE__, "out of memory");
   fflush(stdout);
@@ -385,31 +401,41 @@ int harness_solo(int timeout_s, harness_rank_fn fn, void *arg, char *why, size_t
   return harness_run(&o, fn, arg, why, why_len);
 }
 
-static void apply_env(const char *const env[]) {
-  for (size_t i = 0; env != NULL && env[i] != NULL; i++) {
+extern char **environ;
+
+/* This process's environment with env's changes ("NAME=value" sets, "NAME"
+ * unsets), as a malloc'd array of pointers into both. */
+static char **child_environ(const char *const env[]) {
+  size_t n = 0, extra = 0;
+  while (environ[n] != NULL) n++;
+  while (env != NULL && env[extra] != NULL) extra++;
+  char **out = calloc(n + extra + 1, sizeof *out);
+  if (out == NULL) return NULL;
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) out[len++] = environ[i];
+  for (size_t i = 0; i < extra; i++) {
     const char *eq = strchr(env[i], '=');
-    if (eq == NULL) {
-      unsetenv(env[i]);
-      continue;
-    }
-    char name[256];
-    size_t n = (size_t)(eq - env[i]);
-    if (n >= sizeof name) continue;
-    memcpy(name, env[i], n);
-    name[n] = '\0';
-    setenv(name, eq + 1, 1);
+    size_t name = eq != NULL ? (size_t)(eq - env[i]) : strlen(env[i]);
+    size_t keep = 0;
+    for (size_t k = 0; k < len; k++)
+      if (!(strncmp(out[k], env[i], name) == 0 && out[k][name] == '=')) out[keep++] = out[k];
+    len = keep;
+    if (eq != NULL) out[len++] = (char *)env[i];
   }
+  out[len] = NULL;
+  return out;
 }
 
-static int redirect(const char *path, int fd) {
-  if (path == NULL) return 0;
-  int f = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (f < 0) return -1;
-  if (dup2(f, fd) < 0) return -1;
-  close(f);
-  return 0;
+/* Opens path for a child's output, close-on-exec (the child dup2s it);
+ * NULL path: -2, nothing to redirect. */
+static int open_output(const char *path) {
+  return path == NULL ? -2 : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 }
 
+/* Everything the child needs is prepared before fork: between fork and exec
+ * it makes only async-signal-safe calls, since this process may have threads
+ * (a CUDA driver's, a communicator's) whose locks the child would inherit
+ * held; setenv or malloc there can hang. */
 int harness_exec_self(char *const argv[], const char *const env[], const char *out_path,
                       const char *err_path, int timeout_s, int *pid_out) {
   char self[4096];
@@ -419,28 +445,31 @@ int harness_exec_self(char *const argv[], const char *const env[], const char *o
   size_t argc = 0;
   while (argv[argc] != NULL) argc++;
   char **args = calloc(argc + 1, sizeof *args);
-  if (args == NULL) return -1;
-  args[0] = self;
-  for (size_t i = 1; i < argc; i++) args[i] = argv[i];
-
-  pid_t parent = getpid();
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) {
-    free(args);
-    return -1;
+  char **envp = child_environ(env);
+  int out_fd = open_output(out_path), err_fd = open_output(err_path);
+  pid_t pid = -1;
+  if (args != NULL && envp != NULL && out_fd != -1 && err_fd != -1) {
+    args[0] = self;
+    for (size_t i = 1; i < argc; i++) args[i] = argv[i];
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(99);
+      if ((out_fd >= 0 && dup2(out_fd, STDOUT_FILENO) < 0) ||
+          (err_fd >= 0 && dup2(err_fd, STDERR_FILENO) < 0))
+        _exit(126);
+      execve(self, args, envp);
+      _exit(127);
+    }
   }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(99);
-    if (redirect(out_path, STDOUT_FILENO) != 0 || redirect(err_path, STDERR_FILENO) != 0)
-      _exit(126);
-    apply_env(env);
-    execv(self, args);
-    _exit(127);
-  }
+  if (out_fd >= 0) close(out_fd);
+  if (err_fd >= 0) close(err_fd);
   free(args);
+  free(envp);
+  if (pid < 0) return -1;
   if (pid_out != NULL) *pid_out = pid;
 
   double deadline = harness_now() + (timeout_s > 0 ? timeout_s : 60);

@@ -1,7 +1,10 @@
-/* Bootstrap tests: ranks are processes forked from the test, which holds
- * the root thread (ncclGetUniqueId's). Each test runs in its own process
- * (Check's fork mode), so each sets its WEFT_TIMEOUT before the first weft
- * call reads the parameters. */
+/* Bootstrap tests: ranks are processes forked from the test, which then
+ * makes the id (starting the root thread, ncclGetUniqueId's) and hands it to
+ * them through pipes: a process forked from a threaded one may inherit a
+ * lock another thread held (the allocator's, a sanitizer's) and hang on it.
+ * Each test runs in its own process (Check's fork mode), so each sets its
+ * WEFT_TIMEOUT before the first weft call reads the parameters, and has no
+ * thread when it forks. */
 #include <check.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -10,10 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "fork_guard.h"
 
 #include "core/bootstrap.h"
 #include "core/bootstrap_internal.h"
@@ -42,14 +48,68 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Forks one process per rank in ranks[]; returns their pids. */
-static void spawn_ranks(const ncclUniqueId *id, const int *ranks, int count, int nranks, rank_fn fn,
-                        pid_t *pids) {
+/* Reads the id the test process sends; 0 on success. */
+static int read_id(int fd, ncclUniqueId *id) {
+  size_t got = 0;
+  while (got < sizeof(*id)) {
+    ssize_t n = read(fd, (char *)id + got, sizeof(*id) - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+/* Forks one process per rank in ranks[], before this process has any
+ * thread; each waits for its id on a pipe (give_id). Returns their pids and
+ * the pipes' write ends. */
+static void spawn_ranks(const int *ranks, int count, int nranks, rank_fn fn, pid_t *pids,
+                        int *pipes) {
+  pid_t parent = getpid();
+  int threads = fork_guard_wait(5000);
+  ck_assert_msg(threads == 0, "forking ranks from a process with %d threads", threads);
+  fflush(stdout);
+  fflush(stderr);
   for (int i = 0; i < count; i++) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
     pids[i] = fork();
     ck_assert_int_ge(pids[i], 0);
-    if (pids[i] == 0) _exit(fn(id, ranks[i], nranks));
+    if (pids[i] == 0) {
+      /* A rank must never outlive the test that started it. */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(99);
+      for (int k = 0; k < i; k++) close(pipes[k]);
+      close(fds[1]);
+      ncclUniqueId id;
+      if (read_id(fds[0], &id) != 0) _exit(98); /* the test gave up */
+      close(fds[0]);
+      _exit(fn(&id, ranks[i], nranks));
+    }
+    close(fds[0]);
+    pipes[i] = fds[1];
   }
+}
+
+/* Hands id (a zeroed one when NULL) to the ranks spawn_ranks started. */
+static void give_id(const ncclUniqueId *id, int *pipes, int count) {
+  ncclUniqueId zero;
+  memset(&zero, 0, sizeof(zero));
+  if (id == NULL) id = &zero;
+  for (int i = 0; i < count; i++) {
+    ck_assert_int_eq(write(pipes[i], id, sizeof(*id)), (ssize_t)sizeof(*id));
+    close(pipes[i]);
+  }
+}
+
+/* Forks the ranks, then makes the id they share (the root thread starts
+ * here, after the forks) and hands it over. */
+static void start_ranks(const int *ranks, int count, int nranks, rank_fn fn, pid_t *pids,
+                        ncclUniqueId *id_out) {
+  int pipes[MAX_RANKS];
+  spawn_ranks(ranks, count, nranks, fn, pids, pipes);
+  ck_assert_int_eq(weft_bootstrap_get_unique_id(id_out), ncclSuccess);
+  give_id(id_out, pipes, count);
 }
 
 /* Waits for every pid; returns how many did not exit 0. Kills stragglers. */
@@ -79,11 +139,16 @@ static int reap_ranks(pid_t *pids, int count) {
   return failed;
 }
 
-static int run_ranks(const ncclUniqueId *id, int nranks, rank_fn fn) {
-  int ranks[MAX_RANKS];
+/* Runs fn as ranks 0..nranks-1 on an id made here (make_id) or on none
+ * (the ranks make their own). Returns how many ranks failed. */
+static int run_ranks(int nranks, rank_fn fn, int make_id) {
+  int ranks[MAX_RANKS], pipes[MAX_RANKS];
   pid_t pids[MAX_RANKS];
+  ncclUniqueId id;
   for (int i = 0; i < nranks; i++) ranks[i] = i;
-  spawn_ranks(id, ranks, nranks, nranks, fn, pids);
+  spawn_ranks(ranks, nranks, nranks, fn, pids, pipes);
+  if (make_id) ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
+  give_id(make_id ? &id : NULL, pipes, nranks);
   return reap_ranks(pids, nranks);
 }
 
@@ -149,22 +214,18 @@ static int rank_basic(const ncclUniqueId *id, int rank, int n) {
   return 0;
 }
 
+/* 1 to 8 ranks, one Check process each (_i is the rank count): a process
+ * that has made an id has a thread and must not fork again. */
 START_TEST(test_ranks_1_to_8) {
   set_env(15);
-  for (int n = 1; n <= MAX_RANKS; n++) {
-    ncclUniqueId id;
-    ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
-    ck_assert_msg(run_ranks(&id, n, rank_basic) == 0, "%d ranks failed", n);
-  }
+  ck_assert_msg(run_ranks(_i, rank_basic, 1) == 0, "%d ranks failed", _i);
 }
 END_TEST
 
 START_TEST(test_ipv6) {
   set_env(15);
   setenv("WEFT_SOCKET_IPV6", "1", 1);
-  ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
-  ck_assert_int_eq(run_ranks(&id, 3, rank_basic), 0);
+  ck_assert_int_eq(run_ranks(3, rank_basic, 1), 0);
 }
 END_TEST
 
@@ -234,10 +295,9 @@ START_TEST(test_wrong_secret) {
   log_to_file(log, sizeof(log));
   set_env(15);
   ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
   int ranks[4] = {0, 1, 2, 3};
   pid_t pids[4];
-  spawn_ranks(&id, ranks, 4, 4, rank_basic_late, pids);
+  start_ranks(ranks, 4, 4, rank_basic_late, pids, &id);
   int fd = connect_root(&id);
   uint64_t wrong = id_view(&id).secret ^ 1;
   send_bytes(fd, &wrong, sizeof(wrong));
@@ -253,10 +313,9 @@ START_TEST(test_garbage) {
   log_to_file(log, sizeof(log));
   set_env(15);
   ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
   int ranks[3] = {0, 1, 2};
   pid_t pids[3];
-  spawn_ranks(&id, ranks, 3, 3, rank_basic_late, pids);
+  start_ranks(ranks, 3, 3, rank_basic_late, pids, &id);
   unsigned char junk[100];
   for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (unsigned char)(i * 37 + 11);
   int fd_junk = connect_root(&id);
@@ -295,11 +354,10 @@ END_TEST
 START_TEST(test_silent_connection) {
   set_env(15);
   ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
   int ranks[4] = {0, 1, 2, 3};
   pid_t pids[4];
   int64_t start = weft_time_ms();
-  spawn_ranks(&id, ranks, 4, 4, rank_basic_late, pids);
+  start_ranks(ranks, 4, 4, rank_basic_late, pids, &id);
   int silent[3];
   for (int i = 0; i < 3; i++) silent[i] = connect_root(&id);
   ck_assert_int_eq(reap_ranks(pids, 4), 0);
@@ -325,10 +383,9 @@ static int rank_expect_missing(const ncclUniqueId *id, int rank, int n) {
 START_TEST(test_missing_rank) {
   set_env(3);
   ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
   int ranks[2] = {0, 1};
   pid_t pids[2];
-  spawn_ranks(&id, ranks, 2, 3, rank_expect_missing, pids);
+  start_ranks(ranks, 2, 3, rank_expect_missing, pids, &id);
   ck_assert_int_eq(reap_ranks(pids, 2), 0);
 }
 END_TEST
@@ -352,9 +409,7 @@ static int rank_recv_timeout(const ncclUniqueId *id, int rank, int n) {
 
 START_TEST(test_recv_timeout) {
   set_env(2);
-  ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
-  ck_assert_int_eq(run_ranks(&id, 2, rank_recv_timeout), 0);
+  ck_assert_int_eq(run_ranks(2, rank_recv_timeout, 1), 0);
 }
 END_TEST
 
@@ -376,9 +431,7 @@ static int rank_peer_gone(const ncclUniqueId *id, int rank, int n) {
 
 START_TEST(test_peer_gone) {
   set_env(10);
-  ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
-  ck_assert_int_eq(run_ranks(&id, 2, rank_peer_gone), 0);
+  ck_assert_int_eq(run_ranks(2, rank_peer_gone, 1), 0);
 }
 END_TEST
 
@@ -408,9 +461,7 @@ static int rank_abort(const ncclUniqueId *id, int rank, int n) {
 
 START_TEST(test_abort) {
   set_env(10);
-  ncclUniqueId id;
-  ck_assert_int_eq(weft_bootstrap_get_unique_id(&id), ncclSuccess);
-  ck_assert_int_eq(run_ranks(&id, 2, rank_abort), 0);
+  ck_assert_int_eq(run_ranks(2, rank_abort, 1), 0);
 }
 END_TEST
 
@@ -439,9 +490,9 @@ START_TEST(test_comm_id) {
   snprintf(env, sizeof(env), "127.0.0.1:%d", free_port());
   set_env(15);
   setenv("NCCL_COMM_ID", env, 1);
-  ck_assert_int_eq(run_ranks(NULL, 4, rank_comm_id), 0);
+  ck_assert_int_eq(run_ranks(4, rank_comm_id, 0), 0);
   /* The same port serves a second communicator once the first root is done. */
-  ck_assert_int_eq(run_ranks(NULL, 3, rank_comm_id), 0);
+  ck_assert_int_eq(run_ranks(3, rank_comm_id, 0), 0);
 }
 END_TEST
 
@@ -488,7 +539,7 @@ static Suite *bootstrap_suite(void) {
   tcase_add_test(tc, test_parse_addr);
   tcase_add_test(tc, test_ifname_loopback);
   tcase_add_test(tc, test_ifname_none);
-  tcase_add_test(tc, test_ranks_1_to_8);
+  tcase_add_loop_test(tc, test_ranks_1_to_8, 1, MAX_RANKS + 1);
   tcase_add_test(tc, test_ipv6);
   tcase_add_test(tc, test_wrong_secret);
   tcase_add_test(tc, test_garbage);
