@@ -247,6 +247,36 @@ START_TEST(test_nonblocking_init) {
 }
 END_TEST
 
+static int init_allreduce_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (harness_allreduce_ok(comm, nranks)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* Process ranks are not forked while this process has threads (here, live
+ * communicators' workers): a child could inherit a lock one of them held
+ * and hang. The harness refuses and says why; under ThreadSanitizer the
+ * sanitizer refuses instead (the ranks die when they start a thread). Once
+ * the communicators are gone, the same run works. */
+START_TEST(test_no_fork_with_threads) {
+  ncclComm_t comms[2];
+  ck_assert_int_eq(ncclCommInitAll(comms, 2, NULL), ncclSuccess);
+  char why[4096];
+  int rc = harness_procs(2, 30, init_allreduce_destroy, NULL, why, sizeof why);
+  ck_assert_msg(rc != 0, "ranks were forked from a process with live communicators");
+#if !defined(__SANITIZE_THREAD__)
+  ck_assert_msg(strstr(why, "harness: cannot fork 2 rank processes: this process has ") != NULL,
+                "the refusal does not say why: %s", why);
+#endif
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(ncclCommDestroy(comms[i]), ncclSuccess);
+  rc = harness_procs(2, 30, init_allreduce_destroy, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "after destroy: %s", why);
+}
+END_TEST
+
 static int missing_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm = NULL;
@@ -326,6 +356,7 @@ int main(void) {
   tcase_add_test(tc, test_nonblocking_init);
   tcase_add_test(tc, test_missing_rank);
   tcase_add_test(tc, test_peer_dies);
+  tcase_add_test(tc, test_no_fork_with_threads);
   suite_add_tcase(s, tc);
 
   SRunner *sr = srunner_create(s);
