@@ -10,8 +10,7 @@ int main(void) {
   ncclComm_t comm;
   float buf[3] = {1, 2, 3};
   if (ncclGetVersion(&version) != ncclSuccess || version != NCCL_VERSION_CODE) {
-    printf("install_app: ncclGetVersion gave %d, the header says %d\n", version,
-           NCCL_VERSION_CODE);
+    printf("install_app: ncclGetVersion gave %d, the header says %d\n", version, NCCL_VERSION_CODE);
     return 1;
   }
   if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess ||
