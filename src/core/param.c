@@ -80,6 +80,13 @@ static int list_parse(const struct weft_param_row *row, const char *value, unsig
   for (const char *sec = value; *sec != '\0';) {
     const char *end = strchr(sec, ';');
     size_t len = end ? (size_t)(end - sec) : strlen(sec);
+    const char *blank = sec;
+    size_t blank_len = len;
+    trim(&blank, &blank_len);
+    if (blank_len == 0) { /* "Ring;" or ";;": nothing to say for any key */
+      sec += len + (end ? 1 : 0);
+      continue;
+    }
     const char *colon = row->keys ? memchr(sec, ':', len) : NULL;
     int key = -1;
     const char *list = sec;

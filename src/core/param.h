@@ -4,8 +4,8 @@
  * param.c reads the whole table once per process; a value outside what the
  * row allows is WARNed once ("NCCL_MAX_NCHANNELS=-3 is not valid (expected
  * an integer in 1..32); using the default ...") and the default applies.
- * docs/ENVIRONMENT.md is generated from the table (weft-params --markdown)
- * and a test fails when the two differ. */
+ * docs/ENVIRONMENT.md is generated from the table (tests/param_doc.c) and
+ * the 'env doc' test fails when the two differ. */
 #ifndef WEFT_CORE_PARAM_H
 #define WEFT_CORE_PARAM_H
 
