@@ -107,7 +107,7 @@ START_TEST(test_topo_dump_reloads) {
   rmdir(dir);
 #else
   ck_assert_msg(count(logs, "topology written to") == 1 &&
-                    strstr(logs, "[rank 0] weft INFO topology written to") != NULL,
+                    strstr(logs, "[0] NCCL INFO topology written to") != NULL,
                 "the dump is not written once, by rank 0:\n%s", logs);
   free(logs);
   char *text = harness_read_file(xml);

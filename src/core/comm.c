@@ -150,16 +150,9 @@ static void *init_thread_main(void *arg) {
   return NULL;
 }
 
-static void print_version_once(void) {
-  static _Atomic int printed;
-  if (atomic_exchange(&printed, 1)) return;
-  weft_log(WEFT_LOG_VERSION, WEFT_ALL, __FILE__, __LINE__, "weft %s (NCCL API %d.%d.%d)",
-           WEFT_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
-}
-
 ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
                               const ncclConfig_t *config, int async, struct ncclComm **out) {
-  print_version_once();
+  weft_log_version();
   struct ncclComm *comm = calloc(1, sizeof(*comm));
   if (comm == NULL) {
     WARN("rank %d: out of memory for a communicator", rank);

@@ -1,5 +1,6 @@
-/* Logging: NCCL_DEBUG levels, NCCL_DEBUG_SUBSYS masks, NCCL_DEBUG_FILE, and
- * the last-error message that ncclGetLastError returns. */
+/* Logging in NCCL's format (debug.c says it exactly): NCCL_DEBUG levels,
+ * NCCL_DEBUG_SUBSYS masks, NCCL_DEBUG_FILE, and the last-error message that
+ * ncclGetLastError returns. */
 #ifndef WEFT_CORE_DEBUG_H
 #define WEFT_CORE_DEBUG_H
 
@@ -35,9 +36,8 @@ enum weft_subsys {
   WEFT_ALL = ~0,
 };
 
-void weft_log(enum weft_log_level level, unsigned long subsys, const char *file,
-              int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+void weft_log(enum weft_log_level level, unsigned long subsys, const char *file, int line,
+              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Current level and mask; cheap to test before formatting a message. */
 extern int weft_log_level_now;
@@ -46,15 +46,19 @@ void weft_log_init(void);
 /* Reads NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE again (ncclResetDebugInit). */
 void weft_log_reset(void);
 
+/* "NCCL version 2.27.7+cudaX.Y (weft 0.1.0)", once per process: a plain
+ * line at NCCL_DEBUG=VERSION or WARN, an INFO line above, as NCCL. */
+void weft_log_version(void);
+
 /* The rank shown in log lines from this thread (-1: none). */
 void weft_log_set_rank(int rank);
 
 #define WARN(...) weft_log(WEFT_LOG_WARN, WEFT_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(subsys, ...)                                                       \
-  do {                                                                          \
-    weft_log_init();                                                            \
-    if (weft_log_level_now >= WEFT_LOG_INFO && (weft_log_mask_now & (subsys)))  \
-      weft_log(WEFT_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__);       \
+#define INFO(subsys, ...)                                                      \
+  do {                                                                         \
+    weft_log_init();                                                           \
+    if (weft_log_level_now >= WEFT_LOG_INFO && (weft_log_mask_now & (subsys))) \
+      weft_log(WEFT_LOG_INFO, (subsys), __FILE__, __LINE__, __VA_ARGS__);      \
   } while (0)
 #define TRACE(subsys, ...)                                                      \
   do {                                                                          \

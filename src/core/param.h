@@ -1,64 +1,100 @@
-/* Every tunable is one row here: the environment variable that sets it, its
- * default and what it does. NCCL_* names where NCCL has the knob, WEFT_*
- * where it is weft's own. NCCL_DEBUG_SUBSYS=ENV prints the table. */
+/* Every tunable is one row of one table (param_table.c): the environment
+ * variable that sets it, its type, default, allowed values and meaning.
+ * NCCL_* names where NCCL has the knob, WEFT_* where it is weft's own.
+ * param.c reads the whole table once per process; a value outside what the
+ * row allows is WARNed once ("NCCL_MAX_NCHANNELS=-3 is not valid (expected
+ * an integer in 1..32); using the default ...") and the default applies.
+ * docs/ENVIRONMENT.md is generated from the table (tests/param_doc.c) and
+ * the 'env doc' test fails when the two differ. */
 #ifndef WEFT_CORE_PARAM_H
 #define WEFT_CORE_PARAM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* X(id, env name, default, help) for integer parameters. */
-#define WEFT_INT_PARAMS(X)                                                          \
-  X(TIMEOUT, "WEFT_TIMEOUT", 300, "seconds any bootstrap or peer wait may take")    \
-  X(SOCKET_NTHREADS, "NCCL_SOCKET_NTHREADS", 1, "socket helper threads per conn")   \
-  X(BUFFSIZE, "NCCL_BUFFSIZE", 4194304, "bytes of buffering per connection")        \
-  X(CHUNK, "WEFT_CHUNK_SIZE", 0, "pipeline chunk bytes (0: chosen by size)")        \
-  X(SPIN, "WEFT_SPIN", 2000, "polls a wait spins before it yields, then sleeps")    \
-  X(SHM_DISABLE, "NCCL_SHM_DISABLE", 0, "1: no shared memory between ranks")        \
-  X(P2P_DISABLE, "NCCL_P2P_DISABLE", 0, "1: no GPU peer-to-peer between GPUs")       \
-  X(SHM_SLOTS, "WEFT_SHM_SLOTS", 8, "slots per shared-memory connection")           \
-  X(SHM_SLOT_BYTES, "WEFT_SHM_SLOT_BYTES", 0, "shm slot bytes (0: BUFFSIZE/slots)") \
-  X(SHM_CMA, "WEFT_SHM_CMA", 1,                                                           \
-    "1: large shm sends are read once, straight from the sender (process_vm_readv); "    \
-    "0: always copy through the segment; -1 (tests): make the probe fail")               \
-  X(SHM_CMA_MIN, "WEFT_SHM_CMA_MIN", 262144, "shm sends of this many bytes or more go single-copy") \
-  X(SOCKET_FAMILY_V6, "WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for bootstrap")        \
-  X(REDUCE_SIMD, "WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)") \
-  X(CHECK_MISMATCH, "WEFT_CHECK_MISMATCH", 1,                                              \
-    "1: ranks compare each collective call first (mismatch: ncclInvalidUsage); "          \
-    "0: skip it for the lowest latency (a mismatch then times out or corrupts)")           \
-  X(MIN_NCHANNELS, "NCCL_MIN_NCHANNELS", 1, "fewest channels a collective uses")         \
-  X(MAX_NCHANNELS, "NCCL_MAX_NCHANNELS", 2, "most channels a collective uses")          \
-  X(CUDA_ENGINE, "WEFT_CUDA_ENGINE", 1,                                                   \
-    "0: never run CUDA kernels; device buffers are staged through host memory")
+enum weft_param {
+  /* Integers */
+  WEFT_PARAM_TIMEOUT,
+  WEFT_PARAM_BUFFSIZE,
+  WEFT_PARAM_CHUNK,
+  WEFT_PARAM_SPIN,
+  WEFT_PARAM_SHM_DISABLE,
+  WEFT_PARAM_P2P_DISABLE,
+  WEFT_PARAM_SHM_SLOTS,
+  WEFT_PARAM_SHM_SLOT_BYTES,
+  WEFT_PARAM_SHM_CMA,
+  WEFT_PARAM_SHM_CMA_MIN,
+  WEFT_PARAM_SOCKET_FAMILY_V6,
+  WEFT_PARAM_REDUCE_SIMD,
+  WEFT_PARAM_CHECK_MISMATCH,
+  WEFT_PARAM_MIN_NCHANNELS,
+  WEFT_PARAM_MAX_NCHANNELS,
+  WEFT_PARAM_CUDA_ENGINE,
+  /* Strings, names and lists */
+  WEFT_PARAM_COMM_ID,
+  WEFT_PARAM_SOCKET_IFNAME,
+  WEFT_PARAM_P2P_LEVEL,
+  WEFT_PARAM_TOPO_FILE,
+  WEFT_PARAM_TOPO_DUMP_FILE,
+  WEFT_PARAM_DEVICE,
+  WEFT_PARAM_DEBUG,
+  WEFT_PARAM_DEBUG_SUBSYS,
+  WEFT_PARAM_DEBUG_FILE,
+  WEFT_PARAM_ALGO,
+  WEFT_PARAM_PROTO,
+  WEFT_PARAM_COUNT
+};
 
-/* X(id, env name, default, help) for string parameters (NULL: unset). */
-#define WEFT_STR_PARAMS(X)                                                          \
-  X(COMM_ID, "NCCL_COMM_ID", NULL, "host:port of the bootstrap root")               \
-  X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", NULL, "interfaces to use (prefix, ^excl)")  \
-  X(P2P_LEVEL, "NCCL_P2P_LEVEL", NULL, "p2p up to LOC/NVL/PIX/PXB/PHB/SYS or 0..5")   \
-  X(TOPO_FILE, "NCCL_TOPO_FILE", NULL, "NCCL topology XML to use instead of detecting") \
-  X(TOPO_DUMP_FILE, "NCCL_TOPO_DUMP_FILE", NULL, "write the topology found as XML")    \
-  X(DEVICE, "WEFT_DEVICE", NULL, "cpu: run every rank on host buffers")             \
-  X(DEBUG, "NCCL_DEBUG", NULL, "VERSION, WARN, INFO or TRACE")                      \
-  X(DEBUG_SUBSYS, "NCCL_DEBUG_SUBSYS", NULL, "INIT,COLL,NET,ENV,... or ^excl")       \
-  X(DEBUG_FILE, "NCCL_DEBUG_FILE", NULL, "log file; %h host, %p pid")                \
-  X(ALGO, "NCCL_ALGO", NULL, "algorithms: Ring,Tree,Direct, ^excl, or allreduce:tree;...")  \
-  X(PROTO, "NCCL_PROTO", NULL, "protocols: Simple,LL,LL128 or ^excl (host: Simple)")
+enum weft_param_kind {
+  WEFT_PARAM_KIND_INT,  /* an integer in min..max */
+  WEFT_PARAM_KIND_STR,  /* free text (a path, an address) */
+  WEFT_PARAM_KIND_NAME, /* one of names (any case), or an integer in min..max when min <= max */
+  WEFT_PARAM_KIND_LIST, /* NCCL's list syntax: "a,b", "^a" (all but), and with keys
+                           "key:list;key:list" per key */
+};
 
-#define WEFT_PARAM_ENUM(id, env, def, help) WEFT_PARAM_##id,
-enum weft_int_param { WEFT_INT_PARAMS(WEFT_PARAM_ENUM) WEFT_INT_PARAM_COUNT };
-enum weft_str_param { WEFT_STR_PARAMS(WEFT_PARAM_ENUM) WEFT_STR_PARAM_COUNT };
-#undef WEFT_PARAM_ENUM
+struct weft_param_row {
+  const char *env;
+  enum weft_param_kind kind;
+  int64_t def; /* INT: the default value */
+  int64_t min, max;
+  const char *names;   /* NAME, LIST: allowed names, comma-separated */
+  const char *keys;    /* LIST: the keys of "key:list" sections, or NULL */
+  const char *def_doc; /* the default as a person reads it */
+  const char *help;
+};
 
-/* Value of a parameter: the environment's if set and valid, else the default.
- * Read once per process (the first call), like NCCL. */
-int64_t weft_param_int(enum weft_int_param id);
-/* Whether the environment set id (to a valid integer), rather than the
- * default applying. */
-int weft_param_is_set(enum weft_int_param id);
-const char *weft_param_str(enum weft_str_param id);
+/* The table, indexed by enum weft_param. */
+extern const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT];
 
-/* Prints every parameter and its value at INFO/ENV (once per process). */
+/* Value of a parameter: the environment's if set and valid, else the
+ * default (INT) or NULL (the others). Read once per process (the first
+ * call), like NCCL; the first call also WARNs about bad values and, at
+ * NCCL_DEBUG=INFO, says which were set ("NCCL_X set by environment to V"). */
+int64_t weft_param_int(enum weft_param id);
+const char *weft_param_str(enum weft_param id);
+/* Whether the environment set id to a valid value. */
+int weft_param_is_set(enum weft_param id);
+/* A LIST parameter as bit masks: bit i of masks_out[k] is the i-th name,
+ * for the k-th key (or masks_out[0] alone when the row has no keys).
+ * Returns 1 when the environment set it (masks filled), 0 when not. */
+int weft_param_list(enum weft_param id, unsigned masks_out[], int nmasks);
+/* The same for a value given (0), or -1 when it is not valid. */
+int weft_param_list_of(enum weft_param id, const char *value, unsigned masks_out[], int nmasks);
+/* Parses value as row allows: 0 and *int_out (INT, NAME: the index of the
+ * name, or the integer) when valid, else -1 with what was expected in
+ * why_out. */
+int weft_param_parse(const struct weft_param_row *row, const char *value, int64_t *int_out,
+                     char *why_out, size_t why_len);
+
+/* For the logger only: the value without reporting (logging is not up). */
+const char *weft_param_str_quiet(enum weft_param id);
+/* The environment's value now, validated (ncclResetDebugInit reads the
+ * debug variables again); NULL when unset or not valid. */
+const char *weft_param_str_fresh(enum weft_param id);
+
+/* At INFO/ENV: "NAME=VALUE" for every parameter when NCCL_DEBUG_SUBSYS
+ * names ENV (once per process); the variables set are always reported. */
 void weft_param_print_all(void);
 
 #endif

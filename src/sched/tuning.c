@@ -17,7 +17,6 @@
  * forces it; see CUDA_LL_ALPHA_US). */
 #include "sched/tuning.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -70,20 +69,19 @@
 #define CUDA_LL_ALPHA_US 4.2
 #define CUDA_LL_BETA 18000.0 /* 18 GB/s */
 
-static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
 /* The ones weft has (bits of PROTO_*; PROTO_x == WEFT_PROTO_x for both). */
 #define WEFT_PROTOS ((1u << PROTO_SIMPLE) | (1u << PROTO_LL))
 _Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL,
                "weft's protocols are NCCL's first two");
+/* NCCL_ALGO and NCCL_PROTO are parsed by the parameter table
+ * (core/param_table.c): names in the order of enum weft_algo, then NCCL's
+ * algorithms weft lacks; protocols in PROTO_* order; keys in enum
+ * weft_func order. */
+#define WEFT_ALGOS ((1u << WEFT_ALGO_COUNT) - 1)
+static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
 static const char *const proto_names[PROTO_NCCL_COUNT] = {"Simple", "LL", "LL128"};
-/* Algorithms NCCL has and weft does not: named, so they are ignored quietly. */
-static const char *const foreign_algos[] = {"CollNetDirect", "CollNetChain", "NVLS",
-                                            "NVLSTree",      "PAT",          "CollNet"};
-/* Names of the collectives in NCCL_ALGO="allreduce:tree;broadcast:ring". */
-static const char *const func_keys[WEFT_FUNC_COUNT] = {
-    "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "send", "recv"};
 
 static struct {
   unsigned algo_mask[WEFT_FUNC_COUNT];  /* bit per enum weft_algo */
@@ -91,97 +89,24 @@ static struct {
 } tuning;
 static pthread_once_t tuning_once = PTHREAD_ONCE_INIT;
 
-/* One name of a list: the bit it sets in mask, 0 for a known name weft does
- * not have, -1 for a name nobody has. */
-static int list_name_bit(const char *name, size_t len, int protos) {
-  int n = protos ? PROTO_NCCL_COUNT : WEFT_ALGO_COUNT;
-  const char *const *names = protos ? proto_names : algo_names;
-  for (int i = 0; i < n; i++)
-    if (strlen(names[i]) == len && strncasecmp(name, names[i], len) == 0) return 1 << i;
-  for (size_t i = 0; !protos && i < sizeof(foreign_algos) / sizeof(*foreign_algos); i++)
-    if (strlen(foreign_algos[i]) == len && strncasecmp(name, foreign_algos[i], len) == 0) {
-      INFO(WEFT_TUNING, "NCCL_ALGO: %.*s is not an algorithm of weft; ignored", (int)len, name);
-      return 0;
-    }
-  return -1;
-}
-
-/* Parses "a,b,c" or "^a,b" (len bytes at s) into a mask of all_mask's
- * bits; -1 when a name is unknown. */
-static int list_parse(const char *s, size_t len, int protos, unsigned all_mask, unsigned *out) {
-  int exclude = len > 0 && s[0] == '^';
-  unsigned mask = 0;
-  size_t i = exclude ? 1 : 0;
-  while (i < len) {
-    size_t j = i;
-    while (j < len && s[j] != ',') j++;
-    size_t a = i, b = j;
-    while (a < b && isspace((unsigned char)s[a])) a++;
-    while (b > a && isspace((unsigned char)s[b - 1])) b--;
-    if (b > a) {
-      int bit = list_name_bit(s + a, b - a, protos);
-      if (bit < 0) return -1;
-      mask |= (unsigned)bit;
-    }
-    i = j + 1;
-  }
-  *out = exclude ? all_mask & ~mask : mask;
-  return 0;
-}
-
-/* Index of the collective named by s[0..len), or -1. */
-static int func_key(const char *s, size_t len) {
-  while (len > 0 && isspace((unsigned char)*s)) s++, len--;
-  while (len > 0 && isspace((unsigned char)s[len - 1])) len--;
-  for (int f = 0; f < WEFT_FUNC_COUNT; f++)
-    if (strlen(func_keys[f]) == len && strncasecmp(s, func_keys[f], len) == 0) return f;
-  return -1;
-}
-
-/* Parses a whole NCCL_ALGO / NCCL_PROTO value: ';'-separated sections, each
- * a list for every collective or "collective:list" for one. Returns -1 (and
- * leaves masks alone) on anything it cannot read. */
-static int env_parse(const char *value, int protos, unsigned all_mask, unsigned masks[]) {
-  unsigned parsed[WEFT_FUNC_COUNT];
-  memcpy(parsed, masks, sizeof(parsed));
-  for (const char *sec = value; *sec != '\0';) {
-    const char *end = strchr(sec, ';');
-    size_t len = end ? (size_t)(end - sec) : strlen(sec);
-    const char *colon = memchr(sec, ':', len);
-    int func = -1;
-    const char *list = sec;
-    if (colon != NULL) {
-      func = func_key(sec, (size_t)(colon - sec));
-      if (func < 0) return -1;
-      list = colon + 1;
-    }
-    unsigned mask;
-    if (list_parse(list, len - (size_t)(list - sec), protos, all_mask, &mask) != 0) return -1;
-    for (int f = 0; f < WEFT_FUNC_COUNT; f++)
-      if (func < 0 || f == func) parsed[f] = mask;
-    sec += len + (end ? 1 : 0);
-  }
-  memcpy(masks, parsed, sizeof(parsed));
-  return 0;
-}
-
 static void tuning_load(void) {
   for (int f = 0; f < WEFT_FUNC_COUNT; f++) {
-    tuning.algo_mask[f] = (1u << WEFT_ALGO_COUNT) - 1;
+    tuning.algo_mask[f] = WEFT_ALGOS;
     tuning.proto_mask[f] = (1u << PROTO_NCCL_COUNT) - 1;
   }
-  const char *algo = weft_param_str(WEFT_PARAM_ALGO);
-  if (algo != NULL && env_parse(algo, 0, (1u << WEFT_ALGO_COUNT) - 1, tuning.algo_mask) != 0)
-    WARN(
-        "NCCL_ALGO=%s: cannot parse; expected e.g. Ring,Tree or ^Tree or allreduce:tree;"
-        "broadcast:ring (algorithms: Ring, Tree, Direct); using the defaults",
-        algo);
+  int foreign = 0;
+  if (weft_param_list(WEFT_PARAM_ALGO, tuning.algo_mask, WEFT_FUNC_COUNT))
+    for (int f = 0; f < WEFT_FUNC_COUNT; f++) {
+      foreign |= (tuning.algo_mask[f] & ~WEFT_ALGOS) != 0;
+      tuning.algo_mask[f] &= WEFT_ALGOS;
+    }
+  if (foreign)
+    INFO(WEFT_TUNING,
+         "NCCL_ALGO=%s: NCCL's CollNet, NVLS and PAT are not algorithms of weft; "
+         "ignored",
+         weft_param_str(WEFT_PARAM_ALGO));
   const char *proto = weft_param_str(WEFT_PARAM_PROTO);
-  if (proto != NULL && env_parse(proto, 1, (1u << PROTO_NCCL_COUNT) - 1, tuning.proto_mask) != 0)
-    WARN(
-        "NCCL_PROTO=%s: cannot parse; expected e.g. Simple,LL or ^LL128 (protocols: Simple, "
-        "LL, LL128); using the defaults",
-        proto);
+  weft_param_list(WEFT_PARAM_PROTO, tuning.proto_mask, WEFT_FUNC_COUNT);
   /* LL128 is NCCL's alone: a collective left with nothing else is tuned as
    * if NCCL_PROTO did not name it. */
   int lost = 0;
@@ -252,7 +177,11 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
 int weft_tune_max_channels(int cuda_engine) {
   if (weft_param_is_set(WEFT_PARAM_MAX_NCHANNELS))
     return (int)weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
-  return cuda_engine ? CUDA_DEFAULT_CHANNELS : HOST_DEFAULT_CHANNELS;
+  int def = cuda_engine ? CUDA_DEFAULT_CHANNELS : HOST_DEFAULT_CHANNELS;
+  /* NCCL_MIN_NCHANNELS alone asks for that many: the default maximum
+   * gives way (NCCL's default maximum is above any minimum). */
+  int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
+  return lo > def ? (int)lo : def;
 }
 
 /* Channels grow with the message, between NCCL_MIN_NCHANNELS and

@@ -1,0 +1,132 @@
+/* The parameter table: one row per environment variable weft reads. A new
+ * tunable is a row here and an id in param.h; docs/ENVIRONMENT.md is
+ * generated from these rows (weft-params --markdown). */
+#include "core/param.h"
+
+#define KEYS_FUNC "allreduce,allgather,reducescatter,broadcast,reduce,send,recv"
+#define INT_ROW(env_, def_, min_, max_, doc_, help_)                                 \
+  {                                                                                  \
+    .env = env_, .kind = WEFT_PARAM_KIND_INT, .def = def_, .min = min_, .max = max_, \
+    .def_doc = doc_, .help = help_                                                   \
+  }
+#define STR_ROW(env_, doc_, help_) \
+  { .env = env_, .kind = WEFT_PARAM_KIND_STR, .min = 1, .max = 0, .def_doc = doc_, .help = help_ }
+#define BOOL_ROW(env_, def_, help_) INT_ROW(env_, def_, 0, 1, #def_, help_)
+
+const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
+    [WEFT_PARAM_TIMEOUT] = INT_ROW("WEFT_TIMEOUT", 300, 1, 1000000, "300",
+                                   "seconds any bootstrap, connection or peer wait may take; "
+                                   "a timeout names the rank that did not answer"),
+    [WEFT_PARAM_BUFFSIZE] =
+        INT_ROW("NCCL_BUFFSIZE", 4194304, 4096, 1073741824,
+                "4194304 (CUDA engine: 1 MiB a link when every rank shares one GPU, 4 MiB "
+                "otherwise)",
+                "bytes of buffering per connection: shared-memory slots, and the CUDA "
+                "engine's slots per link; every rank must set the same value"),
+    [WEFT_PARAM_CHUNK] = INT_ROW("WEFT_CHUNK_SIZE", 0, 0, 1073741824,
+                                 "0 (512 KiB on host ranks, 4 MiB on the CUDA engine)",
+                                 "bytes per pipeline step; smaller messages move in one piece"),
+    [WEFT_PARAM_SPIN] = INT_ROW("WEFT_SPIN", 2000, 0, 1000000000, "2000",
+                                "polls a wait spins before it yields, then sleeps"),
+    [WEFT_PARAM_SHM_DISABLE] =
+        BOOL_ROW("NCCL_SHM_DISABLE", 0, "1: no shared memory between ranks (sockets only)"),
+    [WEFT_PARAM_P2P_DISABLE] =
+        BOOL_ROW("NCCL_P2P_DISABLE", 0,
+                 "1: no GPU peer-to-peer between GPUs (device buffers are staged through host "
+                 "memory)"),
+    [WEFT_PARAM_SHM_SLOTS] =
+        INT_ROW("WEFT_SHM_SLOTS", 8, 1, 4096, "8", "slots per shared-memory connection"),
+    [WEFT_PARAM_SHM_SLOT_BYTES] =
+        INT_ROW("WEFT_SHM_SLOT_BYTES", 0, 0, 1099511627776LL, "0 (NCCL_BUFFSIZE / WEFT_SHM_SLOTS)",
+                "bytes per shared-memory slot"),
+    [WEFT_PARAM_SHM_CMA] =
+        INT_ROW("WEFT_SHM_CMA", 1, -1, 1, "1",
+                "1: large shared-memory sends are read once, straight from the sender "
+                "(process_vm_readv); 0: always copy through the segment; -1 (tests): make the "
+                "probe fail"),
+    [WEFT_PARAM_SHM_CMA_MIN] = INT_ROW("WEFT_SHM_CMA_MIN", 262144, 0, 1099511627776LL, "262144",
+                                       "shared-memory sends of this many bytes or more go "
+                                       "single-copy"),
+    [WEFT_PARAM_SOCKET_FAMILY_V6] =
+        BOOL_ROW("WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for the bootstrap and sockets"),
+    [WEFT_PARAM_REDUCE_SIMD] =
+        BOOL_ROW("WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)"),
+    [WEFT_PARAM_CHECK_MISMATCH] =
+        BOOL_ROW("WEFT_CHECK_MISMATCH", 1,
+                 "1: ranks compare each collective call first (a mismatch is "
+                 "ncclInvalidUsage); 0: skip it for the lowest latency (a mismatch then times "
+                 "out or corrupts)"),
+    [WEFT_PARAM_MIN_NCHANNELS] =
+        INT_ROW("NCCL_MIN_NCHANNELS", 1, 1, 32, "1",
+                "fewest channels a collective uses; above NCCL_MAX_NCHANNELS it is lowered to "
+                "it (WARN); set alone it raises the default maximum"),
+    [WEFT_PARAM_MAX_NCHANNELS] =
+        INT_ROW("NCCL_MAX_NCHANNELS", 2, 1, 32, "(2 on host ranks, 16 on the CUDA engine)",
+                "most channels a collective uses (one per MiB of "
+                "message, within the bounds)"),
+    [WEFT_PARAM_CUDA_ENGINE] =
+        BOOL_ROW("WEFT_CUDA_ENGINE", 1,
+                 "0: never run CUDA kernels; device buffers are staged through host memory"),
+    [WEFT_PARAM_COMM_ID] =
+        STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
+                "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
+                "read is an error of ncclGetUniqueId / ncclCommInitRank"),
+    [WEFT_PARAM_SOCKET_IFNAME] =
+        STR_ROW("NCCL_SOCKET_IFNAME", "(any but docker*, lo, virbr*; lo when nothing else)",
+                "interfaces to use: prefixes, ^ excludes, = exact"),
+    [WEFT_PARAM_P2P_LEVEL] = {.env = "NCCL_P2P_LEVEL",
+                              .kind = WEFT_PARAM_KIND_NAME,
+                              .min = 0,
+                              .max = 5,
+                              .names = "LOC,NVL,PIX,PXB,PHB,SYS",
+                              .def_doc = "PXB (SYS on AMD CPUs)",
+                              .help = "how far GPU peer-to-peer may reach (NCCL's old numbers: "
+                                      "0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and 5 SYS)"},
+    [WEFT_PARAM_TOPO_FILE] =
+        STR_ROW("NCCL_TOPO_FILE", "(detect the topology)",
+                "NCCL topology XML to use instead of detecting; one that cannot be read is an "
+                "error of communicator creation"),
+    [WEFT_PARAM_TOPO_DUMP_FILE] =
+        STR_ROW("NCCL_TOPO_DUMP_FILE", "(none)", "write the topology found as NCCL's XML"),
+    [WEFT_PARAM_DEVICE] = {.env = "WEFT_DEVICE",
+                           .kind = WEFT_PARAM_KIND_NAME,
+                           .min = 1,
+                           .max = 0,
+                           .names = "cpu,auto",
+                           .def_doc = "auto",
+                           .help = "cpu: run every rank on host buffers; auto: a GPU where "
+                                   "there is one"},
+    [WEFT_PARAM_DEBUG] = {.env = "NCCL_DEBUG",
+                          .kind = WEFT_PARAM_KIND_NAME,
+                          .min = 1,
+                          .max = 0,
+                          .names = "VERSION,WARN,INFO,ABORT,TRACE",
+                          .def_doc = "(nothing printed)",
+                          .help = "how much to log"},
+    [WEFT_PARAM_DEBUG_SUBSYS] = {.env = "NCCL_DEBUG_SUBSYS",
+                                 .kind = WEFT_PARAM_KIND_LIST,
+                                 .names = "INIT,COLL,P2P,SHM,NET,GRAPH,TUNING,ENV,ALLOC,CALL,"
+                                          "PROXY,NVLS,BOOTSTRAP,REG,PROFILE,RAS,ALLOC_HOST,"
+                                          "DESTROY,ALL",
+                                 .def_doc = "INIT,BOOTSTRAP,ENV",
+                                 .help = "subsystems INFO logs, ^ excludes; naming ENV prints "
+                                         "every parameter"},
+    [WEFT_PARAM_DEBUG_FILE] =
+        STR_ROW("NCCL_DEBUG_FILE", "(stdout)", "log file; %h is the host, %p the pid"),
+    [WEFT_PARAM_ALGO] = {.env = "NCCL_ALGO",
+                         .kind = WEFT_PARAM_KIND_LIST,
+                         .names = "Ring,Tree,Direct,CollNetDirect,CollNetChain,NVLS,NVLSTree,"
+                                  "PAT,CollNet",
+                         .keys = KEYS_FUNC,
+                         .def_doc = "(the tuning model picks)",
+                         .help = "algorithms: Ring,Tree, ^Tree, or per collective "
+                                 "allreduce:tree;broadcast:ring; Tree and Direct are AllReduce "
+                                 "only; NCCL's CollNet*, NVLS*, PAT are accepted and ignored"},
+    [WEFT_PARAM_PROTO] = {.env = "NCCL_PROTO",
+                          .kind = WEFT_PARAM_KIND_LIST,
+                          .names = "Simple,LL,LL128",
+                          .keys = KEYS_FUNC,
+                          .def_doc = "(the tuning model picks)",
+                          .help = "protocols, same syntax as NCCL_ALGO; LL128 is NCCL's alone "
+                                  "and host ranks always run Simple"},
+};
