@@ -80,7 +80,10 @@ static void print_all(void) {
   }
   for (int i = 0; i < WEFT_STR_PARAM_COUNT; i++)
     INFO(WEFT_ENV, "%s=%s%s (%s)", str_rows[i].env,
-         str_rows[i].value ? str_rows[i].value : "(unset)",
+         /* A secret must not reach a log file. */
+         i == WEFT_PARAM_COMM_SECRET && str_rows[i].value ? "(set, not shown)"
+         : str_rows[i].value                              ? str_rows[i].value
+                                                          : "(unset)",
          str_rows[i].value == str_rows[i].def ? " [default]" : "", str_rows[i].help);
 }
 

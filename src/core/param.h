@@ -34,6 +34,8 @@
 /* X(id, env name, default, help) for string parameters (NULL: unset). */
 #define WEFT_STR_PARAMS(X)                                                          \
   X(COMM_ID, "NCCL_COMM_ID", NULL, "host:port of the bootstrap root")               \
+  X(COMM_SECRET, "WEFT_COMM_SECRET", NULL,                                          \
+    "with NCCL_COMM_ID: a secret every rank sets alike; only ranks presenting it join") \
   X(SOCKET_IFNAME, "NCCL_SOCKET_IFNAME", NULL, "interfaces to use (prefix, ^excl)")  \
   X(P2P_LEVEL, "NCCL_P2P_LEVEL", NULL, "p2p up to LOC/NVL/PIX/PXB/PHB/SYS or 0..5")   \
   X(TOPO_FILE, "NCCL_TOPO_FILE", NULL, "NCCL topology XML to use instead of detecting") \
