@@ -113,13 +113,16 @@ void weft_gate_flood_flush(struct weft_gate_flood *f, const char *who) {
 }
 
 void weft_gate_flood_text(const struct weft_gate_flood *f, char *buf, size_t size) {
-  char host[INET6_ADDRSTRLEN + 16];
+  char host[INET6_ADDRSTRLEN + 16], kinds[160];
   if (size > 0) buf[0] = '\0';
   if (f->dropped == 0 || size == 0) return;
   const struct weft_gate_source *top = &f->src[0];
   for (int i = 1; i < f->nsrc; i++)
     if (f->src[i].dropped > top->dropped) top = &f->src[i];
+  flood_kinds_str(top, kinds, sizeof(kinds));
   snprintf(buf, size,
-           "; meanwhile it dropped %lld connections that did not present the secret (%lld from %s)",
-           (long long)f->dropped, (long long)top->dropped, flood_host_str(top, host, sizeof(host)));
+           "; meanwhile it dropped %lld connection%s that did not present the secret (%lld from "
+           "%s: %s)",
+           (long long)f->dropped, f->dropped == 1 ? "" : "s", (long long)top->dropped,
+           flood_host_str(top, host, sizeof(host)), kinds);
 }

@@ -118,9 +118,9 @@ static void gate_evict_oldest(struct weft_gate *g) {
       break;
     }
   }
-  char reason[96];
-  snprintf(reason, sizeof(reason), "evicted, the oldest of %d connections waiting to present it",
-           g->npend);
+  char reason[128];
+  snprintf(reason, sizeof(reason),
+           "evicted, the oldest of %d connections waiting to present the secret", g->npend);
   gate_drop_stranger(g, &g->pend[victim], WEFT_GATE_DROP_EVICTED, reason);
   memmove(&g->pend[victim], &g->pend[victim + 1],
           (size_t)(g->npend - victim - 1) * sizeof(*g->pend));
