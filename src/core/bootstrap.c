@@ -312,11 +312,11 @@ static ncclResult_t bs_register_once(struct weft_bootstrap *b, const struct weft
   ncclResult_t res = bs_xfer(b, fd, 1, &reg, sizeof(reg), deadline, what);
   /* The root waits WEFT_TIMEOUT from the first registration, no later than
    * ours; we wait a little longer to hear its verdict. */
-  if (res == ncclSuccess)
-    res = bs_xfer(b, fd, 0, &reply, sizeof(reply), deadline + WEFT_BOOT_REPLY_GRACE_MS, what);
+  int64_t reply_deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
+  if (res == ncclSuccess) res = bs_xfer(b, fd, 0, &reply, sizeof(reply), reply_deadline, what);
   if (res == ncclRemoteError) *closed_out = 1;
-  if (res == ncclSuccess && reply.status != 0)
-    res = bs_root_verdict(b, id, fd, &reply, deadline + WEFT_BOOT_REPLY_GRACE_MS, what);
+  if (res == ncclSuccess && reply.status != WEFT_BOOT_REPLY_OK)
+    res = bs_root_verdict(b, id, fd, &reply, reply_deadline, what);
   weft_socket_close(&fd);
   if (res == ncclSuccess) *next_out = reply.next;
   return res;
