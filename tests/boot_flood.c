@@ -142,7 +142,7 @@ static void flood_main(int root_port, const pid_t *pids, int npids, int per_port
   f.st.per_port = per_port;
   flood_raise_fd_limit();
   struct pollfd *pfd = malloc((size_t)per_port * sizeof(*pfd));
-  flood_add_target(&f, root_port);
+  if (root_port > 0) flood_add_target(&f, root_port);
   for (;;) {
     struct pollfd stop = {.fd = stop_fd, .events = POLLIN};
     if (poll(&stop, 1, FLOOD_TICK_MS) != 0) break;

@@ -20,7 +20,7 @@ struct flood_stats {
 };
 
 /* Forks the flooder: `per_port` connections to 127.0.0.1:root_port (retried
- * until something listens there) and to each listening TCP port of pids[]
+ * until something listens there; 0: none) and to each listening TCP port of pids[]
  * (found in /proc every 50 ms). It runs until the caller calls flood_stop.
  * Returns the flooder's pid; *stop_fd_out and *stats_fd_out are the
  * caller's ends of its pipes. Call before any thread starts. */

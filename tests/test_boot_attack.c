@@ -4,6 +4,7 @@
  * stranger that floods the listeners is another process (boot_flood.c). */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 #define COUNT 1024
 #define MAX_RANKS 8
 #define FLOOD_PER_PORT 1200
+#define FLOOD_THREADS_NOFILE 256
 
 /* ---- Time, ports, logs ------------------------------------------------------- */
 
@@ -414,6 +416,89 @@ START_TEST(test_flood) {
 }
 END_TEST
 
+/* ---- Many ranks of one process under a flood --------------------------------------- */
+
+#define THREAD_RANKS 8
+
+struct thread_rank {
+  ncclComm_t comm;
+  int rank;
+  int64_t split_at;
+  int failed;
+};
+
+static void *thread_rank_main(void *arg) {
+  struct thread_rank *t = arg;
+  int rank = t->rank;
+  ncclComm_t child = NULL;
+  t->failed = 1;
+  if (allreduce_ok(t->comm, rank, THREAD_RANKS, "the job")) return NULL;
+  sleep_until(t->split_at);
+  if (ncclCommSplit(t->comm, rank % 2, rank, &child, NULL) != ncclSuccess) {
+    fprintf(stderr, "rank %d: ncclCommSplit: %s\n", rank, ncclGetLastError(t->comm));
+    return NULL;
+  }
+  if (allreduce_ok(child, rank / 2, THREAD_RANKS / 2, "the split")) return NULL;
+  ncclCommDestroy(child);
+  t->failed = 0;
+  return NULL;
+}
+
+/* One process, THREAD_RANKS ranks (ncclCommInitAll), one thread each. */
+static int job_threads_main(const struct job *j, int unused) {
+  int rank = unused;
+  rank_env(j, 0);
+  unsetenv("NCCL_COMM_ID");
+  sleep_until(j->t0);
+  ncclComm_t comms[THREAD_RANKS];
+  if (ncclCommInitAll(comms, THREAD_RANKS, NULL) != ncclSuccess)
+    RANK_FAIL("ncclCommInitAll: %s", ncclGetLastError(NULL));
+  pthread_t th[THREAD_RANKS];
+  struct thread_rank t[THREAD_RANKS];
+  for (int i = 0; i < THREAD_RANKS; i++) {
+    t[i] = (struct thread_rank){.comm = comms[i], .rank = i, .split_at = j->t0 + j->split_at_ms};
+    if (pthread_create(&th[i], NULL, thread_rank_main, &t[i]) != 0) RANK_FAIL("pthread_create");
+  }
+  int failed = 0;
+  for (int i = 0; i < THREAD_RANKS; i++) {
+    pthread_join(th[i], NULL);
+    failed += t[i].failed;
+  }
+  for (int i = 0; i < THREAD_RANKS; i++) ncclCommDestroy(comms[i]);
+  return failed != 0;
+}
+
+/* A process hosting 8 ranks has 8 listeners, and its splits add roots and
+ * listeners: with a low fd limit (256), what the gates hold for strangers
+ * must stay within one share of it for the process, or the ranks cannot
+ * open what they need. */
+START_TEST(test_flood_threads) {
+  char dir[64];
+  log_dir_make(dir, sizeof(dir));
+  struct job j;
+  job_init(&j, 1, dir);
+  j.timeout_s = 20;
+  j.nofile = FLOOD_THREADS_NOFILE;
+  j.t0 = now_ms() + 300;
+  j.split_at_ms = 1500;
+  pid_t pid[1];
+  spawn_job(&j, pid, job_threads_main);
+  int stop_fd, stats_fd;
+  pid_t flooder = flood_start(0, pid, 1, FLOOD_PER_PORT, &stop_fd, &stats_fd);
+  ck_assert_int_gt(flooder, 0);
+  int failed = reap(pid, 1, 45);
+  struct flood_stats st;
+  int flood_res = flood_stop(flooder, stop_fd, stats_fd, &st);
+  char *logs = logs_take(dir);
+  ASSERT_LOGS(failed == 0, logs, "the 8-rank process failed under the flood");
+  ck_assert_int_eq(flood_res, 0);
+  int flooded = 0;
+  for (int i = 0; i < st.ntargets; i++) flooded += st.held_max[i] >= 1100;
+  ck_assert_msg(flooded >= THREAD_RANKS, "only %d listeners were flooded", flooded);
+  free(logs);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("boot_attack");
   TCase *tc = tcase_create("core");
@@ -423,6 +508,7 @@ int main(void) {
   tcase_add_test(tc, test_comm_id_wrong_secret);
   tcase_add_test(tc, test_comm_id_bad);
   tcase_add_test(tc, test_flood);
+  tcase_add_test(tc, test_flood_threads);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* Each test's ranks read their environment once per process: fork mode. */

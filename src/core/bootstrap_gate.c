@@ -6,6 +6,7 @@
  * ranks out: few connections may wait, silent ones wait briefly, and a new
  * connection evicts the oldest silent one rather than being refused. */
 #include <errno.h>
+#include <limits.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,17 +26,26 @@
 /* Connections taken from the backlog per round, so ranks queued behind a
  * flood get in quickly, while those already waiting are read every round. */
 #define GATE_ACCEPT_BATCH 16
-/* Pending connections may use at most 1/GATE_FD_SHARE of the fd limit. */
+/* One gate's pending connections may use at most 1/GATE_FD_SHARE of the fd
+ * limit, and all the gates of the process (one per rank it hosts, and its
+ * roots) together 1/GATE_FD_SHARE_ALL, beyond one each. */
 #define GATE_FD_SHARE 16
+#define GATE_FD_SHARE_ALL 8
 #define GATE_MIN_PENDING 8
+#define GATE_MAX_PENDING_ALL 512
 
-static int gate_pending_max(void) {
+static _Atomic int gate_pending_all; /* pending connections of every gate */
+static _Atomic int gate_pending_all_max;
+
+static int gate_nofile(void) {
   struct rlimit rl;
-  int max = WEFT_GATE_MAX_PENDING;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-      rl.rlim_cur / GATE_FD_SHARE < (rlim_t)max)
-    max = (int)(rl.rlim_cur / GATE_FD_SHARE);
-  return max < GATE_MIN_PENDING ? GATE_MIN_PENDING : max;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > INT_MAX)
+    return INT_MAX;
+  return (int)rl.rlim_cur;
+}
+
+static int gate_clamp(int v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : v;
 }
 
 void weft_gate_init(struct weft_gate *g, const char *who, int listen_fd, uint64_t secret,
@@ -48,7 +58,10 @@ void weft_gate_init(struct weft_gate *g, const char *who, int listen_fd, uint64_
   g->first_size = first_size;
   int64_t timeout_ms = weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
   g->first_ms = timeout_ms < WEFT_BOOT_FIRST_MSG_MS ? timeout_ms : WEFT_BOOT_FIRST_MSG_MS;
-  g->pend_max = gate_pending_max();
+  int nofile = gate_nofile();
+  g->pend_max = gate_clamp(nofile / GATE_FD_SHARE, GATE_MIN_PENDING, WEFT_GATE_MAX_PENDING);
+  atomic_store(&gate_pending_all_max,
+               gate_clamp(nofile / GATE_FD_SHARE_ALL, GATE_MIN_PENDING, GATE_MAX_PENDING_ALL));
   g->admit = admit;
   g->ctx = ctx;
   g->abort_flag = abort_flag;
@@ -125,6 +138,7 @@ static void gate_evict_oldest(struct weft_gate *g) {
   memmove(&g->pend[victim], &g->pend[victim + 1],
           (size_t)(g->npend - victim - 1) * sizeof(*g->pend));
   g->npend--;
+  atomic_fetch_sub(&gate_pending_all, 1);
 }
 
 /* Reads what a pending connection sent; admits or drops it once it is
@@ -192,8 +206,13 @@ static void gate_accept(struct weft_gate *g) {
     p.deadline = weft_time_ms() + g->first_ms;
     gate_serve_pending(g, &p);
     if (p.fd < 0) continue;
-    if (g->npend >= g->pend_max) gate_evict_oldest(g);
+    /* Full, or the process's share is spent: make room here. A gate
+     * always keeps room for one, so each rank can still be reached. */
+    if (g->npend >= g->pend_max ||
+        (g->npend > 0 && atomic_load(&gate_pending_all) >= atomic_load(&gate_pending_all_max)))
+      gate_evict_oldest(g);
     g->pend[g->npend++] = p;
+    atomic_fetch_add(&gate_pending_all, 1);
   }
 }
 
@@ -213,6 +232,7 @@ static void gate_serve_all(struct weft_gate *g, const struct pollfd *pfd, int np
   int keep = 0;
   for (int i = 0; i < g->npend; i++)
     if (g->pend[i].fd >= 0) g->pend[keep++] = g->pend[i];
+  atomic_fetch_sub(&gate_pending_all, g->npend - keep);
   g->npend = keep;
 }
 
@@ -258,6 +278,7 @@ aborted:
 void weft_gate_close(struct weft_gate *g) {
   weft_gate_flood_flush(&g->flood, g->who);
   for (int i = 0; i < g->npend; i++) weft_socket_close(&g->pend[i].fd);
+  atomic_fetch_sub(&gate_pending_all, g->npend);
   weft_socket_close(&g->listen_fd);
   free(g->pend);
   free(g->pfd);
