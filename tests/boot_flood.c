@@ -25,9 +25,11 @@
 struct flood_target {
   int port;
   int *fds;
+  char *said; /* per connection: its byte is sent */
 };
 
 struct flood {
+  int talk;
   struct flood_target t[FLOOD_MAX_TARGETS];
   struct flood_stats st;
   const pid_t *pids;
@@ -55,6 +57,7 @@ static void flood_add_target(struct flood *f, int port) {
   f->t[i].port = port;
   f->st.port[i] = port;
   f->t[i].fds = malloc((size_t)f->st.per_port * sizeof(int));
+  f->t[i].said = calloc((size_t)f->st.per_port, 1);
   for (int k = 0; k < f->st.per_port; k++) f->t[i].fds[k] = -1;
 }
 
@@ -118,8 +121,12 @@ static void flood_refill(struct flood *f, struct pollfd *pfd) {
       }
       if (t->fds[k] < 0) {
         t->fds[k] = flood_connect(t->port);
+        t->said[k] = 0;
         if (t->fds[k] >= 0) f->st.connects[i]++;
       }
+      /* Succeeds once the connection is up; until then it is tried again. */
+      if (f->talk && t->fds[k] >= 0 && !t->said[k])
+        t->said[k] = send(t->fds[k], "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1;
       if (t->fds[k] >= 0) held++;
     }
     if (held > f->st.held_max[i]) f->st.held_max[i] = held;
@@ -134,9 +141,10 @@ static void flood_raise_fd_limit(void) {
   }
 }
 
-static void flood_main(int root_port, const pid_t *pids, int npids, int per_port, int stop_fd,
-                       int stats_fd) {
+static void flood_main(int root_port, const pid_t *pids, int npids, int per_port, int talk,
+                       int stop_fd, int stats_fd) {
   static struct flood f;
+  f.talk = talk;
   f.pids = pids;
   f.npids = npids;
   f.st.per_port = per_port;
@@ -153,15 +161,15 @@ static void flood_main(int root_port, const pid_t *pids, int npids, int per_port
   _exit(0);
 }
 
-pid_t flood_start(int root_port, const pid_t *pids, int npids, int per_port, int *stop_fd_out,
-                  int *stats_fd_out) {
+pid_t flood_start(int root_port, const pid_t *pids, int npids, int per_port, int talk,
+                  int *stop_fd_out, int *stats_fd_out) {
   int stop[2], stats[2];
   if (pipe(stop) != 0 || pipe(stats) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     close(stop[1]);
     close(stats[0]);
-    flood_main(root_port, pids, npids, per_port, stop[0], stats[1]);
+    flood_main(root_port, pids, npids, per_port, talk, stop[0], stats[1]);
   }
   close(stop[0]);
   close(stats[1]);

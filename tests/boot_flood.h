@@ -21,11 +21,14 @@ struct flood_stats {
 
 /* Forks the flooder: `per_port` connections to 127.0.0.1:root_port (retried
  * until something listens there; 0: none) and to each listening TCP port of pids[]
- * (found in /proc every 50 ms). It runs until the caller calls flood_stop.
+ * (found in /proc every 50 ms). With `talk`, each connection sends one byte
+ * once connected (less than any secret), so the kernel hands it to the
+ * listener at once instead of holding it back as silent (TCP_DEFER_ACCEPT).
+ * It runs until the caller calls flood_stop.
  * Returns the flooder's pid; *stop_fd_out and *stats_fd_out are the
  * caller's ends of its pipes. Call before any thread starts. */
-pid_t flood_start(int root_port, const pid_t *pids, int npids, int per_port, int *stop_fd_out,
-                  int *stats_fd_out);
+pid_t flood_start(int root_port, const pid_t *pids, int npids, int per_port, int talk,
+                  int *stop_fd_out, int *stats_fd_out);
 
 /* Stops the flooder, reads what it did into *out and reaps it. Returns 0 on
  * success. */

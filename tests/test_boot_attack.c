@@ -24,7 +24,11 @@
 #define COUNT 1024
 #define MAX_RANKS 8
 #define FLOOD_PER_PORT 1200
-#define FLOOD_THREADS_NOFILE 256
+/* test_flood_threads' fd limit. Its job peaks near 200 fds of its own (8
+ * ranks and their split: sockets, shm); the gates' shared budget adds at
+ * most 320/8 + 1 per listener (~20). With the per-gate limit alone (320/16
+ * = 20 per listener) the flood exhausts the fds: measured, the job fails. */
+#define FLOOD_THREADS_NOFILE 320
 
 /* ---- Time, ports, logs ------------------------------------------------------- */
 
@@ -386,7 +390,7 @@ START_TEST(test_flood) {
   pid_t pids[4];
   spawn_job(&j, pids, rank_main);
   int stop_fd, stats_fd;
-  pid_t flooder = flood_start(j.port, pids, 4, FLOOD_PER_PORT, &stop_fd, &stats_fd);
+  pid_t flooder = flood_start(j.port, pids, 4, FLOOD_PER_PORT, 0, &stop_fd, &stats_fd);
   ck_assert_int_gt(flooder, 0);
   int failed = reap(pids, 4, 45);
   struct flood_stats st;
@@ -469,9 +473,10 @@ static int job_threads_main(const struct job *j, int unused) {
 }
 
 /* A process hosting 8 ranks has 8 listeners, and its splits add roots and
- * listeners: with a low fd limit (256), what the gates hold for strangers
+ * listeners: with a low fd limit (FLOOD_THREADS_NOFILE), what the gates hold for strangers
  * must stay within one share of it for the process, or the ranks cannot
- * open what they need. */
+ * open what they need. These strangers send a byte each, so the kernel
+ * does not hold them back (TCP_DEFER_ACCEPT) and the gates must. */
 START_TEST(test_flood_threads) {
   char dir[64];
   log_dir_make(dir, sizeof(dir));
@@ -484,7 +489,7 @@ START_TEST(test_flood_threads) {
   pid_t pid[1];
   spawn_job(&j, pid, job_threads_main);
   int stop_fd, stats_fd;
-  pid_t flooder = flood_start(0, pid, 1, FLOOD_PER_PORT, &stop_fd, &stats_fd);
+  pid_t flooder = flood_start(0, pid, 1, FLOOD_PER_PORT, 1, &stop_fd, &stats_fd);
   ck_assert_int_gt(flooder, 0);
   int failed = reap(pid, 1, 45);
   struct flood_stats st;

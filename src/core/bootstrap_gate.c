@@ -4,10 +4,11 @@
  * wrong secret, garbage or silence is dropped (and logged per source, see
  * bootstrap_flood.c) and the listener keeps serving. Strangers cannot crowd
  * ranks out: few connections may wait, silent ones wait briefly, and a new
- * connection evicts the oldest silent one rather than being refused. */
+ * connection evicts the oldest one rather than being refused. */
 #include <errno.h>
 #include <limits.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 /* Connections taken from the backlog per round, so ranks queued behind a
  * flood get in quickly, while those already waiting are read every round. */
 #define GATE_ACCEPT_BATCH 16
+#define GATE_DEFER_ACCEPT_S 1
 /* One gate's pending connections may use at most 1/GATE_FD_SHARE of the fd
  * limit, and all the gates of the process (one per rank it hosts, and its
  * roots) together 1/GATE_FD_SHARE_ALL, beyond one each. */
@@ -36,6 +38,16 @@
 
 static _Atomic int gate_pending_all; /* pending connections of every gate */
 static _Atomic int gate_pending_all_max;
+
+/* A forked child has none of its parent's gates to serve: its count
+ * starts afresh. */
+static void gate_atfork_child(void) {
+  atomic_store(&gate_pending_all, 0);
+}
+static void gate_atfork_init(void) {
+  pthread_atfork(NULL, NULL, gate_atfork_child);
+}
+static pthread_once_t gate_atfork_once = PTHREAD_ONCE_INIT;
 
 static int gate_nofile(void) {
   struct rlimit rl;
@@ -48,12 +60,26 @@ static int gate_clamp(int v, int lo, int hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* The kernel hands the listener a connection only once its first bytes
+ * have arrived (or GATE_DEFER_ACCEPT_S has passed): a rank sends its first
+ * message right after connecting, so it is accepted with the message there
+ * and decided at once, never left waiting where a flood could evict it;
+ * silent strangers wait in the kernel, holding no fd of ours. */
+static void gate_defer_accept(struct weft_gate *g) {
+  int secs = GATE_DEFER_ACCEPT_S;
+  if (setsockopt(g->listen_fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &secs, sizeof(secs)) != 0)
+    INFO(WEFT_BOOTSTRAP, "%s: TCP_DEFER_ACCEPT: %s (silent connections are accepted at once)",
+         g->who, strerror(errno));
+}
+
 void weft_gate_init(struct weft_gate *g, const char *who, int listen_fd, uint64_t secret,
                     size_t first_size, weft_gate_admit_fn admit, void *ctx,
                     const _Atomic int *abort_flag) {
+  pthread_once(&gate_atfork_once, gate_atfork_init);
   memset(g, 0, sizeof(*g));
   snprintf(g->who, sizeof(g->who), "%s", who);
   g->listen_fd = listen_fd;
+  gate_defer_accept(g);
   g->secret = secret;
   g->first_size = first_size;
   int64_t timeout_ms = weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
@@ -120,17 +146,12 @@ oom:
   return ncclSystemError;
 }
 
-/* Makes room for one more pending connection by evicting the oldest silent
- * one (or, if every one has sent something, the oldest): the list is in
- * accept order. */
+/* Makes room for one more pending connection by evicting the oldest (the
+ * list is in accept order). Not the oldest silent one: a stranger sending a
+ * byte or two could then make a rank's just-accepted connection the first
+ * to go; as it is, a rank is evicted only after pend_max newer arrivals. */
 static void gate_evict_oldest(struct weft_gate *g) {
   int victim = 0;
-  for (int i = 0; i < g->npend; i++) {
-    if (g->pend[i].got == 0) {
-      victim = i;
-      break;
-    }
-  }
   char reason[128];
   snprintf(reason, sizeof(reason),
            "evicted, the oldest of %d connections waiting to present the secret", g->npend);

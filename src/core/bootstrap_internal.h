@@ -63,9 +63,9 @@ struct weft_boot_msg_hdr { /* before each point-to-point message */
 #define WEFT_GATE_FIRST_MAX 64
 /* At most this many connections wait to present the secret (fewer when the
  * process may open few files, and fewer in all the gates of a process
- * together: see bootstrap_gate.c). When full, the oldest
- * silent one makes room for the new one, so strangers can never lock ranks
- * out, and their fds cannot exhaust the process's. */
+ * together: see bootstrap_gate.c). When full, the oldest makes room for
+ * the new one, so strangers can never lock ranks out, and their fds cannot
+ * exhaust the process's. */
 #define WEFT_GATE_MAX_PENDING 64
 /* Sources whose dropped connections a gate counts apart; more share a row. */
 #define WEFT_GATE_FLOOD_SOURCES 8
