@@ -3,6 +3,7 @@
  * own environment, as the separately launched ranks of a job do; the
  * stranger that floods the listeners is another process (boot_flood.c). */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <netinet/in.h>
@@ -16,7 +17,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <dirent.h>
 
 #include "nccl.h"
 #include "boot_flood.h"
@@ -209,6 +209,14 @@ static int rank_expect_refused(const struct job *j, int rank, const char *expect
   return 0;
 }
 
+/* In a rank process after rank_expect_refused: 1 unless `expect` is in
+ * the last error too. */
+static int rank_check_last_error(const char *expect) {
+  if (strstr(ncclGetLastError(NULL), expect) != NULL) return 0;
+  fprintf(stderr, "last error lacks \"%s\": %s\n", expect, ncclGetLastError(NULL));
+  return 1;
+}
+
 static void spawn_job(const struct job *j, pid_t *pids, int (*fn)(const struct job *, int)) {
   for (int i = 0; i < j->nranks; i++) {
     pids[i] = fork();
@@ -344,6 +352,14 @@ static int rank_busy_port(const struct job *j, int rank) {
   return rank_expect_refused(j, rank, "(NCCL_COMM_ID)", 5000);
 }
 
+/* Rank 1 of 2 alone: rank 0, which hosts the root, never comes. */
+static int rank_no_root(const struct job *j, int unused) {
+  (void)unused;
+  return rank_expect_refused(
+             j, 1, "cannot reach the bootstrap root at 127.0.0.1:", (j->timeout_s + 5) * 1000) ||
+         rank_check_last_error("(NCCL_COMM_ID; rank 0 hosts it)");
+}
+
 START_TEST(test_comm_id_bad) {
   char dir[64];
   log_dir_make(dir, sizeof(dir));
@@ -364,6 +380,16 @@ START_TEST(test_comm_id_bad) {
   close(fd);
   char *logs = logs_take(dir);
   ASSERT_LOGS(failed == 0, logs, "the busy port was not reported");
+  free(logs);
+  log_dir_make(dir, sizeof(dir));
+  job_init(&j, 2, dir);
+  j.timeout_s = 2;
+  pid[0] = fork();
+  ck_assert_int_ge(pid[0], 0);
+  if (pid[0] == 0) _exit(rank_no_root(&j, 1));
+  failed = reap(pid, 1, 30);
+  logs = logs_take(dir);
+  ASSERT_LOGS(failed == 0, logs, "a missing root was not reported with NCCL_COMM_ID");
   free(logs);
 }
 END_TEST
