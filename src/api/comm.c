@@ -31,7 +31,7 @@ static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nr
 
 static ncclResult_t check_unique_id(const char *caller, const ncclUniqueId *id) {
   const struct weft_unique_id *body = (const struct weft_unique_id *)id;
-  if (body->magic != WEFT_ID_MAGIC) {
+  if (body->magic != WEFT_ID_MAGIC && body->magic != WEFT_ID_MAGIC_COMM_ID) {
     WARN("%s: commId is not an id made by ncclGetUniqueId (bad magic 0x%llx)", caller,
          (unsigned long long)body->magic);
     return ncclInvalidArgument;
@@ -142,7 +142,7 @@ WEFT_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *de
     }
   }
   ncclUniqueId id;
-  WEFT_CHECK(weft_bootstrap_get_unique_id(&id));
+  WEFT_CHECK(weft_bootstrap_new_id(&id));
   return init_all_threads(comms, ndev, devlist, &id);
 }
 WEFT_ALIAS(ncclCommInitAll)

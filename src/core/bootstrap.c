@@ -1,5 +1,5 @@
-/* The rank side of the bootstrap: the unique id, registration with the
- * root, the ring of bootstrap connections (all-gather, barrier) and
+/* The rank side of the bootstrap (the id is bootstrap_id.c): registration
+ * with the root, the ring of bootstrap connections (all-gather, barrier) and
  * point-to-point messages matched by (peer, tag). Each rank listens on its
  * own socket behind a gate (bootstrap_gate.c) that admits only connections
  * presenting the id's secret. Every wait ends by WEFT_TIMEOUT or abort. */
@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "core/bootstrap_internal.h"
 #include "core/check.h"
@@ -18,6 +19,9 @@
 _Static_assert(sizeof(struct weft_unique_id) <= NCCL_UNIQUE_ID_BYTES,
                "weft_unique_id must fit in ncclUniqueId");
 _Static_assert(sizeof(struct weft_boot_reg) <= WEFT_GATE_FIRST_MAX, "registration too big");
+
+/* Between registrations whose connection the root closed unanswered. */
+#define BS_REGISTER_RETRY_MS 50
 
 /* A message that arrived before the recv that asks for it. */
 struct stash {
@@ -58,39 +62,6 @@ ncclResult_t weft_random_u64(uint64_t *out) {
     return ncclSystemError;
   }
   *out = v;
-  return ncclSuccess;
-}
-
-/* ---- The unique id ---------------------------------------------------------- */
-
-/* With NCCL_COMM_ID every process builds the id from the environment alone,
- * so the secret must be a function of the address: FNV-1a of its text. */
-static uint64_t secret_from_addr(const union weft_sockaddr *addr) {
-  char text[INET6_ADDRSTRLEN + 16];
-  weft_sockaddr_str(addr, text, sizeof(text));
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *p = "weft-comm-id:"; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-  for (const char *p = text; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;
-  return h;
-}
-
-ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id_out) {
-  struct weft_unique_id id;
-  memset(&id, 0, sizeof(id));
-  const char *comm_id = weft_param_str(WEFT_PARAM_COMM_ID);
-  if (comm_id != NULL) {
-    WEFT_CHECK(weft_socket_parse_addr(comm_id, &id.root));
-    id.magic = WEFT_ID_MAGIC_COMM_ID;
-    id.secret = secret_from_addr(&id.root);
-  } else {
-    union weft_sockaddr addr;
-    WEFT_CHECK(weft_socket_local_addr(&addr));
-    WEFT_CHECK(weft_random_u64(&id.secret));
-    WEFT_CHECK(weft_bootstrap_root_start(&addr, id.secret, &id.root));
-    id.magic = WEFT_ID_MAGIC;
-  }
-  memset(id_out, 0, sizeof(*id_out));
-  memcpy(id_out->internal, &id, sizeof(id));
   return ncclSuccess;
 }
 
@@ -224,36 +195,95 @@ static ncclResult_t bs_listen(struct weft_bootstrap *b) {
   return ncclSuccess;
 }
 
-/* Registers with the root; next_out gets the ring-next rank's address. */
-static ncclResult_t bs_register(struct weft_bootstrap *b, const struct weft_unique_id *id,
-                                union weft_sockaddr *next_out) {
+/* "the bootstrap root at 1.2.3.4:5", and in NCCL_COMM_ID mode which
+ * variable set it and who hosts it, so that errors name the variable. */
+static void root_what(const struct weft_unique_id *id, char *buf, size_t size) {
+  char text[INET6_ADDRSTRLEN + 16];
+  snprintf(buf, size, "the bootstrap root at %s%s",
+           weft_sockaddr_str(&id->root, text, sizeof(text)),
+           id->magic == WEFT_ID_MAGIC_COMM_ID ? " (NCCL_COMM_ID; rank 0 hosts it)" : "");
+}
+
+/* Reads the root's verdict text after a reply with status != 0 and WARNs it. */
+static ncclResult_t bs_root_verdict(struct weft_bootstrap *b, const struct weft_unique_id *id,
+                                    int fd, const struct weft_boot_reply *reply, int64_t deadline,
+                                    const char *what) {
+  char msg[WEFT_BOOT_ERROR_MAX + 1];
+  size_t len = reply->len > 0 && reply->len <= WEFT_BOOT_ERROR_MAX ? (size_t)reply->len : 0;
+  ncclResult_t res = bs_xfer(b, fd, 0, msg, len, deadline, what);
+  msg[res == ncclSuccess ? len : 0] = '\0';
+  if (reply->status == WEFT_BOOT_REPLY_REFUSED && id->magic == WEFT_ID_MAGIC_COMM_ID)
+    WARN(
+        "bootstrap rank %d: %s refused this rank: %s. With NCCL_COMM_ID every rank must set the "
+        "same WEFT_COMM_SECRET (this rank has it %s)",
+        b->rank, what, msg, weft_param_str(WEFT_PARAM_COMM_SECRET) ? "set" : "unset");
+  else if (reply->status == WEFT_BOOT_REPLY_REFUSED)
+    WARN(
+        "bootstrap rank %d: %s refused this rank: %s (this rank's ncclUniqueId is not the one "
+        "that root was made for)",
+        b->rank, what, msg);
+  else
+    WARN("bootstrap rank %d: the bootstrap root reports: %s", b->rank, msg);
+  return ncclRemoteError;
+}
+
+/* One registration. *closed_out says the root closed the connection
+ * before answering: a listener under a flood may have evicted it. */
+static ncclResult_t bs_register_once(struct weft_bootstrap *b, const struct weft_unique_id *id,
+                                     const char *what, int64_t deadline,
+                                     union weft_sockaddr *next_out, int *closed_out) {
   struct weft_boot_reg reg = {.secret = b->secret,
                               .magic = WEFT_BOOT_REG_MAGIC,
                               .rank = b->rank,
                               .nranks = b->nranks,
                               .addr = b->addrs[b->rank]};
   struct weft_boot_reply reply;
-  char what[INET6_ADDRSTRLEN + 32], text[INET6_ADDRSTRLEN + 16];
-  snprintf(what, sizeof(what), "the bootstrap root at %s",
-           weft_sockaddr_str(&id->root, text, sizeof(text)));
   int fd;
-  WEFT_CHECK(weft_socket_connect(&id->root, weft_deadline_default(), &fd));
-  ncclResult_t res = bs_xfer(b, fd, 1, &reg, sizeof(reg), weft_deadline_default(), what);
+  *closed_out = 0;
+  if (weft_socket_connect(&id->root, deadline, &fd) != ncclSuccess) {
+    WARN("bootstrap rank %d: cannot reach %s", b->rank, what);
+    return ncclSystemError;
+  }
+  ncclResult_t res = bs_xfer(b, fd, 1, &reg, sizeof(reg), deadline, what);
   /* The root waits WEFT_TIMEOUT from the first registration, no later than
    * ours; we wait a little longer to hear its verdict. */
-  int64_t deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
-  if (res == ncclSuccess) res = bs_xfer(b, fd, 0, &reply, sizeof(reply), deadline, what);
-  if (res == ncclSuccess && reply.status != 0) {
-    char msg[WEFT_BOOT_ERROR_MAX + 1];
-    size_t len = reply.len > 0 && reply.len <= WEFT_BOOT_ERROR_MAX ? (size_t)reply.len : 0;
-    res = bs_xfer(b, fd, 0, msg, len, deadline, what);
-    msg[res == ncclSuccess ? len : 0] = '\0';
-    WARN("bootstrap rank %d: the bootstrap root reports: %s", b->rank, msg);
-    res = ncclRemoteError;
-  }
+  int64_t reply_deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
+  if (res == ncclSuccess) res = bs_xfer(b, fd, 0, &reply, sizeof(reply), reply_deadline, what);
+  if (res == ncclRemoteError) *closed_out = 1;
+  if (res == ncclSuccess && reply.status != WEFT_BOOT_REPLY_OK)
+    res = bs_root_verdict(b, id, fd, &reply, reply_deadline, what);
   weft_socket_close(&fd);
   if (res == ncclSuccess) *next_out = reply.next;
   return res;
+}
+
+/* Registers with the root; next_out gets the ring-next rank's address. A
+ * connection closed before the root answered is tried again until the
+ * deadline: a root never closes a rank it registered before replying. */
+static ncclResult_t bs_register(struct weft_bootstrap *b, const struct weft_unique_id *id,
+                                union weft_sockaddr *next_out) {
+  char what[INET6_ADDRSTRLEN + 64];
+  root_what(id, what, sizeof(what));
+  int64_t deadline = weft_deadline_default();
+  for (int attempt = 1;; attempt++) {
+    int closed;
+    ncclResult_t res = bs_register_once(b, id, what, deadline, next_out, &closed);
+    if (!closed) return res;
+    if (weft_time_ms() + BS_REGISTER_RETRY_MS >= deadline) {
+      WARN("bootstrap rank %d: %s closed the connection before answering, %d times in %d s%s",
+           b->rank, what, attempt, b->timeout_s,
+           id->magic == WEFT_ID_MAGIC_COMM_ID
+               ? "; is another process using the NCCL_COMM_ID port, or is it flooded?"
+               : "; is it flooded?");
+      return res;
+    }
+    INFO(WEFT_BOOTSTRAP,
+         "bootstrap rank %d: %s closed the connection before answering; "
+         "registering again",
+         b->rank, what);
+    struct timespec ts = {.tv_sec = 0, .tv_nsec = BS_REGISTER_RETRY_MS * 1000000L};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* Connects to ring next and waits for ring prev to connect to us. */
@@ -290,8 +320,17 @@ ncclResult_t weft_bootstrap_create(const ncclUniqueId *id_in, int rank, int nran
   ncclResult_t res;
   WEFT_CHECK(bs_alloc(rank, nranks, id.secret, &b));
   WEFT_CHECK_GOTO(bs_listen(b), res, fail);
-  if (id.magic == WEFT_ID_MAGIC_COMM_ID && rank == 0)
-    WEFT_CHECK_GOTO(weft_bootstrap_root_start(&id.root, id.secret, &root), res, fail);
+  if (id.magic == WEFT_ID_MAGIC_COMM_ID && rank == 0) {
+    res = weft_bootstrap_root_start(&id.root, id.secret, &root);
+    if (res != ncclSuccess) {
+      char text[INET6_ADDRSTRLEN + 16];
+      WARN(
+          "bootstrap rank 0: cannot host the bootstrap root on %s (NCCL_COMM_ID): is another "
+          "job or communicator using that port?",
+          weft_sockaddr_str(&id.root, text, sizeof(text)));
+      goto fail;
+    }
+  }
   WEFT_CHECK_GOTO(bs_register(b, &id, &next), res, fail);
   if (nranks > 1) {
     WEFT_CHECK_GOTO(bs_ring_connect(b, &next), res, fail);
@@ -399,7 +438,7 @@ static ncclResult_t copy_to_stash(struct weft_bootstrap *b, int tag, const void 
 }
 
 static ncclResult_t bs_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
-                           size_t size) {
+                            size_t size) {
   WEFT_CHECK(check_peer(b, peer, "send to"));
   if (peer == b->rank) return copy_to_stash(b, tag, data, size);
   char what[64];
@@ -464,8 +503,7 @@ static ncclResult_t read_one(struct weft_bootstrap *b, int peer, int tag, void *
   return res;
 }
 
-static ncclResult_t bs_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
-                           size_t size) {
+static ncclResult_t bs_recv(struct weft_bootstrap *b, int peer, int tag, void *data, size_t size) {
   int found;
   WEFT_CHECK(check_peer(b, peer, "recv from"));
   WEFT_CHECK(stash_take(b, peer, tag, data, size, &found));

@@ -10,6 +10,9 @@
 #include "transport/socket.h"
 
 #define WEFT_ID_MAGIC 0x7765667449443031ULL /* "weftID01" */
+/* An id made from NCCL_COMM_ID: rank 0's weft_bootstrap_create starts the
+ * root on the id's address, since no process ran one in ncclGetUniqueId. */
+#define WEFT_ID_MAGIC_COMM_ID 0x7765667449443043ULL /* "weftID0C" */
 
 /* What the 128 bytes of ncclUniqueId hold. */
 struct weft_unique_id {
@@ -20,10 +23,17 @@ struct weft_unique_id {
 
 struct weft_bootstrap;
 
-/* Fills id with a fresh random secret and starts the root listener of this
- * process (a thread that serves the ranks that register with that secret,
- * then exits). NCCL_COMM_ID=host:port fixes the address. */
+/* ncclGetUniqueId: fills id with a fresh random secret and starts the root
+ * listener of this process (a thread that serves the ranks that register
+ * with that secret, then exits). With NCCL_COMM_ID=host:port, as in NCCL, it
+ * starts nothing: the id holds that address and a secret made from
+ * WEFT_COMM_SECRET, so every process builds the same id, and rank 0's
+ * weft_bootstrap_create hosts the root. */
 ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id_out);
+/* A fresh id with its own root, whatever NCCL_COMM_ID says: for the
+ * communicators weft makes itself (split, shrink, ncclCommInitAll), which
+ * must not all meet on the one NCCL_COMM_ID port. */
+ncclResult_t weft_bootstrap_new_id(ncclUniqueId *id_out);
 
 /* Registers rank with the root named in id and connects the ring of
  * bootstrap peers. Every wait ends by WEFT_TIMEOUT; a timeout names the

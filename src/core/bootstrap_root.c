@@ -32,6 +32,8 @@ struct root {
   int64_t deadline;
   int timeout_s;
   char reason[128];
+  unsigned char refusal[sizeof(struct weft_boot_reply) + 64];
+  size_t refusal_len;
 };
 
 /* ---- Listeners inherited across fork --------------------------------------- */
@@ -128,6 +130,29 @@ static const char *root_admit(void *ctx, int fd, const void *first) {
   return NULL;
 }
 
+/* A registration (the magic says so) with a wrong secret comes from a rank
+ * of another job or one set up differently: it is told, rather than left to
+ * time out. Anything else that fails the secret hears nothing. */
+static const void *root_refusal(void *ctx, const void *first, size_t got, size_t *len_out) {
+  struct root *r = ctx;
+  struct weft_boot_reg reg;
+  if (got < sizeof(reg)) return NULL;
+  memcpy(&reg, first, sizeof(reg));
+  if (reg.magic != WEFT_BOOT_REG_MAGIC) return NULL;
+  *len_out = r->refusal_len;
+  return r->refusal;
+}
+
+static void root_refusal_init(struct root *r) {
+  static const char text[] = "its registration presented a wrong secret";
+  struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_REFUSED,
+                                  .len = (int32_t)(sizeof(text) - 1)};
+  _Static_assert(sizeof(reply) + sizeof(text) <= sizeof(r->refusal), "refusal too long");
+  memcpy(r->refusal, &reply, sizeof(reply));
+  memcpy(r->refusal + sizeof(reply), text, sizeof(text) - 1);
+  r->refusal_len = sizeof(reply) + sizeof(text) - 1;
+}
+
 /* ---- Replies ------------------------------------------------------------- */
 
 static void root_reply(struct root *r, int rank, const struct weft_boot_reply *reply,
@@ -143,7 +168,7 @@ static void root_reply(struct root *r, int rank, const struct weft_boot_reply *r
 
 static void root_send_ring(struct root *r) {
   for (int i = 0; i < r->nranks; i++) {
-    struct weft_boot_reply reply = {.status = 0, .len = 0};
+    struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_OK, .len = 0};
     reply.next = r->addrs[(i + 1) % r->nranks];
     root_reply(r, i, &reply, NULL);
   }
@@ -168,7 +193,7 @@ static void root_missing_text(const struct root *r, const char *verdict, char *o
 }
 
 static void root_send_error(struct root *r, const char *text) {
-  struct weft_boot_reply reply = {.status = 1, .len = (int32_t)strlen(text)};
+  struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_ERROR, .len = (int32_t)strlen(text)};
   for (int i = 0; i < r->nranks; i++)
     if (r->fds[i] >= 0) root_reply(r, i, &reply, text);
 }
@@ -185,7 +210,7 @@ static void root_free(struct root *r) {
 }
 
 static void root_finish(struct root *r, ncclResult_t res) {
-  char text[WEFT_BOOT_ERROR_MAX], verdict[sizeof(r->name) + 64];
+  char text[WEFT_BOOT_ERROR_MAX], verdict[sizeof(r->name) + 64], flood[200];
   if (r->nranks > 0 && r->nreg == r->nranks) {
     root_send_ring(r);
   } else if (r->nreg > 0) {
@@ -195,6 +220,11 @@ static void root_finish(struct root *r, ncclResult_t res) {
     else
       snprintf(verdict, sizeof(verdict), "were still missing when %s failed", r->name);
     root_missing_text(r, verdict, text, sizeof(text));
+    /* Ranks that a flood kept out would have been let in (bootstrap_gate.c);
+     * still, the verdict says what else knocked, so no one blames ranks alone. */
+    weft_gate_flood_text(&r->gate.flood, flood, sizeof(flood));
+    size_t used = strlen(text);
+    snprintf(text + used, sizeof(text) - used, "%s", flood);
     WARN("%s: %s", r->name, text);
     root_send_error(r, text);
   } else {
@@ -251,6 +281,8 @@ ncclResult_t weft_bootstrap_root_start(const union weft_sockaddr *addr, uint64_t
            weft_sockaddr_str(&bound, text, sizeof(text)));
   weft_gate_init(&r->gate, "bootstrap root", fd, secret, sizeof(struct weft_boot_reg), root_admit,
                  r, NULL);
+  root_refusal_init(r);
+  weft_gate_set_refusal(&r->gate, root_refusal);
   r->timeout_s = (int)weft_param_int(WEFT_PARAM_TIMEOUT);
   r->deadline = weft_time_ms() + (int64_t)r->timeout_s * 1000;
   root_track(fd);

@@ -166,16 +166,21 @@ static void load_all(void) {
 
 /* Logged after loading, outside the logger's own start (it reads the
  * debug parameters through weft_param_str_quiet). */
+/* The environment's text as logs may show it: a secret never is. */
+static const char *shown(int i) {
+  return i == WEFT_PARAM_COMM_SECRET ? "(set, not shown)" : state[i].raw;
+}
+
 static void report(void) {
   for (int i = 0; i < WEFT_PARAM_COUNT; i++) {
     const struct weft_param_row *row = &weft_param_rows[i];
     const struct param_state *st = &state[i];
     if (st->raw == NULL) continue;
     if (!st->set)
-      WARN("%s=%s is not valid (expected %s); using the default %s", row->env, st->raw, st->why,
+      WARN("%s=%s is not valid (expected %s); using the default %s", row->env, shown(i), st->why,
            row->def_doc);
     else if (strncmp(row->env, "NCCL_DEBUG", 10) != 0) /* as NCCL: the logger's own are not */
-      INFO(WEFT_ENV, "%s set by environment to %s", row->env, st->raw);
+      INFO(WEFT_ENV, "%s set by environment to %s", row->env, shown(i));
   }
   const struct param_state *lo = &state[WEFT_PARAM_MIN_NCHANNELS];
   const struct param_state *hi = &state[WEFT_PARAM_MAX_NCHANNELS];
@@ -243,7 +248,7 @@ static void print_all(void) {
       snprintf(value, sizeof(value), "%" PRId64, weft_param_int((enum weft_param)i));
     if (st->set)
       INFO(WEFT_ENV, "%s=%s (set by environment to %s; %s)", row->env,
-           row->kind == WEFT_PARAM_KIND_INT ? value : st->raw, st->raw, row->help);
+           row->kind == WEFT_PARAM_KIND_INT ? value : shown(i), shown(i), row->help);
     else
       INFO(WEFT_ENV, "%s=%s (default; %s)", row->env,
            row->kind == WEFT_PARAM_KIND_INT ? value : row->def_doc, row->help);

@@ -71,6 +71,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
                 "read is an error of ncclGetUniqueId / ncclCommInitRank"),
+    [WEFT_PARAM_COMM_SECRET] =
+        STR_ROW("WEFT_COMM_SECRET", "(none: anyone who reaches the port may join; said at INFO)",
+                "with NCCL_COMM_ID: a string every rank of the job sets alike; only ranks "
+                "presenting it may register (never logged)"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME", "(any but docker*, lo, virbr*; lo when nothing else)",
                 "interfaces to use: prefixes, ^ excludes, = exact"),

@@ -129,7 +129,7 @@ static ncclResult_t shrink_lead(struct ncclComm *parent, const struct shrink_pla
     }
   }
   if (ans.status == SHRINK_OK) {
-    res = weft_bootstrap_get_unique_id(&ans.id);
+    res = weft_bootstrap_new_id(&ans.id);
     if (res != ncclSuccess) ans.status = SHRINK_NO_ID, ans.culprit = parent->rank;
   }
   /* Everyone but a rank that did not answer hears the verdict, so a failure

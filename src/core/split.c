@@ -34,7 +34,7 @@ static int split_members(const struct split_entry *all, int nranks, int color,
 static ncclResult_t split_share_id(struct ncclComm *parent, const struct split_entry *members,
                                    int n, int my_index, int tag, ncclUniqueId *id) {
   if (my_index == 0) {
-    WEFT_CHECK(weft_bootstrap_get_unique_id(id));
+    WEFT_CHECK(weft_bootstrap_new_id(id));
     for (int i = 1; i < n; i++)
       WEFT_CHECK(weft_bootstrap_send(parent->bootstrap, members[i].rank, tag, id, sizeof(*id)));
     return ncclSuccess;
