@@ -251,6 +251,57 @@ START_TEST(test_split_null_newcomm) {
   setenv("WEFT_TIMEOUT", "20", 1);
   char why[16384] = "";
   int rc = harness_procs(4, 60, split_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "processes: %s", why);
+  memset(sh, 0, sizeof(*sh));
+  rc = harness_threads(4, 60, split_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "threads: %s", why);
+}
+END_TEST
+
+/* ---- Result codes of an abort ------------------------------------------------ */
+
+static void *abort_later(void *arg) {
+  harness_sleep_ms(300);
+  (void)ncclCommAbort(arg);
+  return NULL;
+}
+
+/* Rank 0's all-reduce waits for rank 1, which has not called it; a thread of
+ * rank 0 aborts the communicator under it: that call returns
+ * ncclInvalidUsage (the program ended it), not ncclInternalError (a bug).
+ * Rank 1's all-reduce, made after the abort, returns ncclRemoteError at
+ * once, naming rank 0's abort. */
+static int abort_code_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  float x = 1.0f;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (harness_allreduce_ok(comm, nranks)) return 1;
+  if (rank == 0) {
+    pthread_t t;
+    HCHECK(pthread_create(&t, NULL, abort_later, comm) == 0, "pthread_create failed");
+    ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL);
+    pthread_join(t, NULL);
+    atomic_store(&sh->victim_done, 1);
+    HCHECK(res == ncclInvalidUsage, "the all-reduce ended by this rank's abort returned %d: %s",
+           (int)res, ncclGetLastError(NULL));
+    wait_count(&sh->failed, 1, 20); /* alive until rank 1 has its answer */
+    return 0;
+  }
+  wait_count(&sh->victim_done, 1, 20);
+  atomic_store(&sh->event_ns, now_ns());
+  ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL);
+  survivor_record(rank, res);
+  atomic_fetch_add(&sh->failed, 1);
+  (void)ncclCommAbort(comm);
+  return check_survivor(rank, 0, "aborted the communicator", "aborted the communicator");
+}
+
+START_TEST(test_abort_codes) {
+  shared_map();
+  setenv("WEFT_TIMEOUT", "20", 1);
+  char why[16384] = "";
+  int rc = harness_procs(2, 60, abort_code_rank, NULL, why, sizeof why);
   ck_assert_msg(rc == 0, "%s", why);
 }
 END_TEST
@@ -264,6 +315,7 @@ int main(void) {
   tcase_add_test(tc, test_kill_socket);
   tcase_add_test(tc, test_stop_resume);
   tcase_add_test(tc, test_split_null_newcomm);
+  tcase_add_test(tc, test_abort_codes);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -29,6 +29,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "exec/host.h"
 #include "transport/socket.h"
 
 #define FAIL_MAGIC 0x4c494657u /* "WFIL" */
@@ -326,8 +327,11 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
                                 const char *fmt, ...) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return code;
-  struct fail_rec r = {
-      .failed = comm->rank, .how = (int)how, .by = comm->rank, .code = (int)code, .soft = 1};
+  struct fail_rec r = {.failed = comm->rank,
+                       .how = (int)how,
+                       .by = comm->rank,
+                       .code = (int)code,
+                       .soft = !weft_host_engine_busy(comm)};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r.detail, sizeof(r.detail), fmt, ap);

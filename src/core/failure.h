@@ -57,7 +57,10 @@ void weft_failure_stop(struct ncclComm *comm);
  * this process, nothing is sent. */
 ncclResult_t weft_failure_report(struct ncclComm *comm, ncclResult_t res);
 /* This rank fails a call every rank makes (`code`, e.g. a NULL argument),
- * or aborts (WEFT_FAIL_ABORTED): records it and tells every rank. */
+ * or aborts (WEFT_FAIL_ABORTED): records it and tells every rank. With
+ * nothing of ours in flight the notice is soft (WEFT_ABORT_SOFT): what we
+ * sent in earlier calls still arrives, so those finish everywhere; with
+ * work in flight, the others fail that work too. */
 ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, ncclResult_t code,
                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Reads notices that arrived; returns the result a call that finishes now

@@ -254,6 +254,12 @@ ncclResult_t weft_host_engine_wait(struct ncclComm *comm) {
   return weft_failure_result(comm, res);
 }
 
+int weft_host_engine_busy(struct ncclComm *comm) {
+  struct weft_host_engine *h = comm->host;
+  return h != NULL && atomic_load_explicit(&h->queued, memory_order_acquire) !=
+                          atomic_load_explicit(&h->finished, memory_order_acquire);
+}
+
 ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   struct weft_host_engine *h = calloc(1, sizeof(*h));
   if (h == NULL) {
