@@ -232,6 +232,7 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
+  weft_failure_quiet(comm); /* its thread pokes the engines freed below */
   if (abort) {
     atomic_store(&comm->abort_flag, 1);
     /* Streams and kernels stop waiting before anything below waits on

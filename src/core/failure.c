@@ -29,6 +29,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "exec/cuda.h"
 #include "exec/host.h"
 #include "transport/socket.h"
 
@@ -165,6 +166,8 @@ static void fail_stop_waits(struct weft_failure_state *st, int hard) {
   }
   if (comm->bootstrap != NULL && !atomic_load(&st->keep_bootstrap))
     weft_bootstrap_abort(comm->bootstrap);
+  /* GPU ranks: the kernels' own abort word (they do not read abort_flag). */
+  if (hard) weft_cuda_engine_abort(comm);
 }
 
 /* Keeps r unless a failure is recorded already; returns 1 if it was kept. */
@@ -435,15 +438,20 @@ ncclResult_t weft_failure_start(struct ncclComm *comm) {
   return ncclSuccess;
 }
 
+void weft_failure_quiet(struct ncclComm *comm) {
+  struct weft_failure_state *st = comm->failure;
+  if (st == NULL || !st->thread_live) return;
+  uint64_t one = 1;
+  ssize_t n = write(st->wake_fd, &one, sizeof(one));
+  (void)n;
+  pthread_join(st->thread, NULL);
+  st->thread_live = 0;
+}
+
 void weft_failure_stop(struct ncclComm *comm) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return;
-  if (st->thread_live) {
-    uint64_t one = 1;
-    ssize_t n = write(st->wake_fd, &one, sizeof(one));
-    (void)n;
-    pthread_join(st->thread, NULL);
-  }
+  weft_failure_quiet(comm);
   if (st->fd >= 0) close(st->fd);
   if (st->wake_fd >= 0) close(st->wake_fd);
   pthread_cond_destroy(&st->cv);

@@ -47,6 +47,9 @@ struct ncclComm;
 /* Opens comm's notice socket, shares the addresses over the bootstrap and
  * starts the watcher thread. */
 ncclResult_t weft_failure_start(struct ncclComm *comm);
+/* Stops the watcher thread, before the engines it may poke are freed;
+ * reports still work (without pings answered). */
+void weft_failure_quiet(struct ncclComm *comm);
 /* Stops the watcher and closes the socket; fine when never started. */
 void weft_failure_stop(struct ncclComm *comm);
 
