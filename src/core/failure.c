@@ -78,6 +78,7 @@ struct weft_failure_state {
   _Atomic int recorded;
   _Atomic int hard;           /* a failure found in flight (not raised between calls) is known */
   _Atomic int keep_bootstrap; /* ncclCommShrink uses it: notices no longer abort it */
+  _Atomic int warned;         /* a call has WARNed the failure */
   struct fail_rec rec;
   uint64_t nonce;
   unsigned char *pong;
@@ -214,11 +215,13 @@ static void fail_handle(struct weft_failure_state *st, const struct fail_msg *m,
         .failed = m->failed, .how = m->how, .by = m->by, .code = m->code, .soft = m->soft};
     memcpy(r.detail, m->detail, sizeof(r.detail));
     r.detail[sizeof(r.detail) - 1] = '\0';
+    /* INFO: a WARN would overwrite the last error under a thread reading
+     * it; the call this failure ends WARNs it (weft_failure_result). */
     if (fail_record(st, &r)) {
       char what[FAIL_DETAIL + 96];
       fail_rec_describe(&r, what, sizeof(what));
-      WARN("rank %d: communicator %llx failed: %s", st->comm->rank,
-           (unsigned long long)st->comm->comm_hash, what);
+      INFO(WEFT_INIT, "rank %d: communicator %llx: notice from rank %d: %s", st->comm->rank,
+           (unsigned long long)st->comm->comm_hash, m->by, what);
     }
   }
 }
@@ -363,10 +366,15 @@ int weft_failure_describe(const struct ncclComm *comm, char *buf, size_t size) {
 
 ncclResult_t weft_failure_result(const struct ncclComm *comm, ncclResult_t res) {
   char what[FAIL_DETAIL + 96];
-  if (res == ncclSuccess || res == ncclInProgress || comm == NULL) return res;
+  if (res == ncclSuccess || res == ncclInProgress || comm == NULL || comm->failure == NULL)
+    return res;
   if (!weft_failure_describe(comm, what, sizeof(what))) return res;
-  weft_set_last_error("rank %d: communicator %llx failed: %s", comm->rank,
-                      (unsigned long long)comm->comm_hash, what);
+  if (!atomic_exchange(&comm->failure->warned, 1))
+    WARN("rank %d: communicator %llx failed: %s", comm->rank, (unsigned long long)comm->comm_hash,
+         what);
+  else
+    weft_set_last_error("rank %d: communicator %llx failed: %s", comm->rank,
+                        (unsigned long long)comm->comm_hash, what);
   return (ncclResult_t)fail_code(comm->failure, &comm->failure->rec);
 }
 

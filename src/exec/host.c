@@ -249,9 +249,11 @@ ncclResult_t weft_host_engine_wait(struct ncclComm *comm) {
     res = ncclInvalidUsage;
   }
   h->usage = ncclSuccess;
+  /* Before leaving: an abort from another thread frees comm once we are out. */
+  res = weft_failure_result(comm, res);
   if (--h->inside == 0 && h->stop) pthread_cond_broadcast(&h->idle_cv);
   pthread_mutex_unlock(&h->lock);
-  return weft_failure_result(comm, res);
+  return res;
 }
 
 int weft_host_engine_busy(struct ncclComm *comm) {
