@@ -37,6 +37,8 @@
 #define FAIL_DETAIL 200
 /* How long a rank that saw a stall waits for every watcher's answer. */
 #define FAIL_PING_MS 300
+/* A call that finishes this long after the last one reads the socket. */
+#define FAIL_POLL_GAP_MS 20
 
 enum fail_kind { FAIL_NOTICE = 1, FAIL_PING = 2, FAIL_PONG = 3 };
 
@@ -79,6 +81,7 @@ struct weft_failure_state {
   _Atomic int hard;           /* a failure found in flight (not raised between calls) is known */
   _Atomic int keep_bootstrap; /* ncclCommShrink uses it: notices no longer abort it */
   _Atomic int warned;         /* a call has WARNed the failure */
+  _Atomic int64_t polled_ms;  /* when a call last read the socket (weft_failure_poll) */
   struct fail_rec rec;
   uint64_t nonce;
   unsigned char *pong;
@@ -347,10 +350,19 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
   return (ncclResult_t)fail_code(st, &st->rec);
 }
 
+/* The watcher takes notices as they come; a call only reads the socket
+ * itself after a gap (FAIL_POLL_GAP_MS since it last did), which is what a
+ * process stopped and resumed sees: its watcher may not have run yet, and
+ * the notices that its peers sent while it was stopped must fail the call
+ * it finishes now. Back-to-back calls cost a clock read. */
 ncclResult_t weft_failure_poll(struct ncclComm *comm) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return ncclSuccess;
-  fail_drain(st);
+  int64_t now = weft_time_ms();
+  if (!atomic_load(&st->hard) && now - atomic_load(&st->polled_ms) >= FAIL_POLL_GAP_MS) {
+    fail_drain(st);
+    atomic_store(&st->polled_ms, now);
+  }
   if (!atomic_load(&st->hard)) return ncclSuccess;
   return (ncclResult_t)fail_code(st, &st->rec);
 }
