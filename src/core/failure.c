@@ -112,6 +112,10 @@ enum weft_fail_how weft_failure_note_take(int *peer_out, char *detail, size_t si
   return how;
 }
 
+void weft_failure_note_clear(void) {
+  note.how = WEFT_FAIL_NONE;
+}
+
 /* ---- Messages ------------------------------------------------------------ */
 
 static int fail_code(const struct weft_failure_state *st, const struct fail_rec *r) {

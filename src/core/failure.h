@@ -39,6 +39,8 @@ void weft_failure_note(int peer, enum weft_fail_how how, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Takes this thread's note: returns its how (WEFT_FAIL_NONE: none). */
 enum weft_fail_how weft_failure_note_take(int *peer_out, char *detail, size_t size);
+/* Drops this thread's note (before work whose failure it must not name). */
+void weft_failure_note_clear(void);
 
 /* ---- The communicator's record ------------------------------------------- */
 

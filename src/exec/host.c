@@ -88,6 +88,7 @@ static void host_drain(struct weft_host_engine *h) {
     ncclResult_t poisoned = h->error;
     pthread_mutex_unlock(&h->lock);
     ncclResult_t usage = ncclSuccess;
+    weft_failure_note_clear();
     ncclResult_t res = host_task_take(h, &task, poisoned, &usage);
     /* A failure is told to every rank; one they told us fails even a task
      * that finished here (the others have failed it: core/failure.h). */
