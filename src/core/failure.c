@@ -76,6 +76,7 @@ struct weft_failure_state {
   pthread_t thread;
   int thread_live;
   pthread_mutex_t lock;
+  pthread_mutex_t drain_lock;
   pthread_cond_t cv;
   _Atomic int recorded;
   _Atomic int hard;           /* a failure found in flight (not raised between calls) is known */
@@ -233,16 +234,20 @@ static void fail_handle(struct weft_failure_state *st, const struct fail_msg *m,
   }
 }
 
+/* One thread at a time, so that a call that drains after the watcher took a
+ * notice out of the socket finds it recorded, not half handled. */
 static void fail_drain(struct weft_failure_state *st) {
+  pthread_mutex_lock(&st->drain_lock);
   for (;;) {
     struct fail_msg m;
     union weft_sockaddr from;
     socklen_t len = sizeof(from);
     ssize_t n = recvfrom(st->fd, &m, sizeof(m), MSG_DONTWAIT, &from.sa, &len);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return;
+    if (n < 0) break;
     fail_handle(st, &m, (size_t)n, &from, len);
   }
+  pthread_mutex_unlock(&st->drain_lock);
 }
 
 /* Records r as this rank's finding and tells every other rank. */
@@ -449,6 +454,7 @@ ncclResult_t weft_failure_start(struct ncclComm *comm) {
   st->comm = comm;
   st->fd = st->wake_fd = -1;
   pthread_mutex_init(&st->lock, NULL);
+  pthread_mutex_init(&st->drain_lock, NULL);
   pthread_cond_init(&st->cv, NULL);
   comm->failure = st;
   struct fail_addr *me = &st->addrs[comm->rank];
@@ -479,6 +485,7 @@ void weft_failure_stop(struct ncclComm *comm) {
   if (st->fd >= 0) close(st->fd);
   if (st->wake_fd >= 0) close(st->wake_fd);
   pthread_cond_destroy(&st->cv);
+  pthread_mutex_destroy(&st->drain_lock);
   pthread_mutex_destroy(&st->lock);
   free(st->addrs);
   free(st->pong);
