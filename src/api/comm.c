@@ -218,9 +218,10 @@ WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
     return ncclInvalidArgument;
   }
   if (comm->cuda != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
-    /* A kernel-side timeout surfaces here: it fails the communicator. */
+    /* A kernel-side timeout surfaces here: it fails the communicator, and
+     * every rank hears of it (core/failure.h). */
     ncclResult_t err = weft_cuda_engine_check(comm);
-    if (err != ncclSuccess) weft_comm_set_error(comm, err);
+    if (err != ncclSuccess) weft_comm_set_error(comm, weft_failure_report(comm, err));
   }
   *asyncError = (ncclResult_t)atomic_load(&comm->async_error);
   return ncclSuccess;
