@@ -550,6 +550,39 @@ START_TEST(test_kill_sender) {
 }
 END_TEST
 
+/* kill -9 of the sender, which its parent (this process) does not reap yet:
+ * a zombie is as dead as a reaped process. kill(pid, 0) succeeds on one, so
+ * the receiver used to wait until its deadline; a pidfd sees the exit. */
+START_TEST(test_kill_sender_zombie) {
+  set_env();
+  setenv("WEFT_SHM_CMA", "0", 1);
+  int up[2], down[2];
+  uint64_t hash = random_hash();
+  ck_assert_int_eq(pipe(up), 0);
+  ck_assert_int_eq(pipe(down), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) kill_peer(WEFT_CONN_SEND, up[1], down[0], hash, 1);
+  struct weft_conn c;
+  char handle[WEFT_CONN_HANDLE_BYTES], ready, byte;
+  conn_init(&c, WEFT_CONN_RECV, 0, 1, 0, hash, NULL);
+  ck_assert_int_eq(weft_shm_ops.setup(&c, handle), ncclSuccess);
+  ck_assert_int_eq(write_all(down[1], handle, sizeof(handle)), 0);
+  ck_assert_int_eq(weft_shm_ops.connect(&c, NULL, now_ms() + WAIT_MS), ncclSuccess);
+  ck_assert_int_eq(read_all(up[0], &ready, 1), 0);
+  ck_assert_int_eq(pump(NULL, NULL, 0, &c, &byte, 1, WAIT_MS), ncclSuccess);
+  kill(pid, SIGKILL);
+  siginfo_t info;
+  ck_assert_int_eq(waitid(P_PID, (id_t)pid, &info, WEXITED | WNOWAIT), 0); /* dead, unreaped */
+  int64_t t0 = now_ms();
+  ck_assert_int_eq(pump(NULL, NULL, 0, &c, &byte, 1, 3000), ncclRemoteError);
+  ck_assert_int_lt(now_ms() - t0, 1000);
+  ck_assert_ptr_nonnull(strstr(weft_last_error(), "exited"));
+  waitpid(pid, NULL, 0);
+  ck_assert_int_eq(weft_shm_ops.close(&c), ncclSuccess);
+}
+END_TEST
+
 /* kill -9 of the receiver after connect: the sender fills the ring, then
  * gets ncclRemoteError; nothing left in /dev/shm. */
 START_TEST(test_kill_receiver) {
@@ -759,6 +792,7 @@ int main(void) {
   tcase_add_test(tc, test_cma_mode_off);
   tcase_add_test(tc, test_cma_mode_fallback);
   tcase_add_test(tc, test_kill_sender);
+  tcase_add_test(tc, test_kill_sender_zombie);
   tcase_add_test(tc, test_kill_receiver);
   tcase_add_test(tc, test_reclaim_stale);
   tcase_add_test(tc, test_enospc);

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/debug.h"
+#include "core/failure.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
 
@@ -190,15 +191,24 @@ static ncclResult_t net_socket_connect(struct weft_conn *conn, const void *peer_
   return net_socket_connect_recv(conn, p, deadline_ms);
 }
 
+/* A link closed mid-call: the peer's process exited (a peer that aborts
+ * or fails says so first, over core/failure.c's notices). */
+static ncclResult_t net_socket_closed(const struct weft_conn *conn, ncclResult_t res) {
+  if (res == ncclRemoteError)
+    weft_failure_note(conn->peer, WEFT_FAIL_DIED,
+                      "its socket closed mid-call: its process exited (channel %d)", conn->channel);
+  return res;
+}
+
 static ncclResult_t net_socket_send(struct weft_conn *conn, const void *buf, size_t bytes,
                                     size_t *done) {
   struct net_socket_conn *p = conn->priv;
-  return weft_socket_send_some(p->fd, buf, bytes, done, p->what);
+  return net_socket_closed(conn, weft_socket_send_some(p->fd, buf, bytes, done, p->what));
 }
 
 static ncclResult_t net_socket_recv(struct weft_conn *conn, void *buf, size_t bytes, size_t *done) {
   struct net_socket_conn *p = conn->priv;
-  return weft_socket_recv_some(p->fd, buf, bytes, done, p->what);
+  return net_socket_closed(conn, weft_socket_recv_some(p->fd, buf, bytes, done, p->what));
 }
 
 static int net_socket_wait_fd(const struct weft_conn *conn) {

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/debug.h"
+#include "core/failure.h"
 #include "core/param.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
@@ -121,7 +122,8 @@ ncclResult_t weft_conn_progress_wait(struct weft_progress_wait *w, struct weft_x
     return ncclSuccess;
   }
   int rank = n > 0 ? pending[0]->conn->rank : -1;
-  if (abort_flag != NULL && atomic_load_explicit(abort_flag, memory_order_acquire)) {
+  int flag = abort_flag != NULL ? atomic_load_explicit(abort_flag, memory_order_acquire) : 0;
+  if (flag != 0 && flag != WEFT_ABORT_SOFT) {
     describe_pending(pending, n, stalled, sizeof(stalled));
     INFO(WEFT_NET, "rank %d: communicator aborted (%s)", rank, stalled);
     return ncclInternalError;
@@ -129,12 +131,21 @@ ncclResult_t weft_conn_progress_wait(struct weft_progress_wait *w, struct weft_x
   if (w->idle <= w->spin) return ncclSuccess;
   int64_t now = weft_time_ms();
   if (w->stalled_since < 0) w->stalled_since = now;
+  /* A peer aborted: what it sent still arrives, then the wait ends. */
+  if (flag == WEFT_ABORT_SOFT && now - w->stalled_since >= WEFT_FAIL_SOFT_MS) {
+    describe_pending(pending, n, stalled, sizeof(stalled));
+    INFO(WEFT_NET, "rank %d: a peer aborted the communicator (%s)", rank, stalled);
+    return ncclInternalError;
+  }
   if (now - w->stalled_since >= w->window_ms) {
     what[0] = '\0';
     if (describe != NULL) describe(ctx, what, sizeof(what));
     describe_pending(pending, n, stalled, sizeof(stalled));
     WARN("rank %d: %s%sno progress for %lld s; stalled: %s", rank, what, what[0] ? ": " : "",
          (long long)((now - w->stalled_since) / 1000), stalled);
+    if (n > 0)
+      weft_failure_note(pending[0]->conn->peer, WEFT_FAIL_STALLED, "nothing moved for %lld s: %s",
+                        (long long)((now - w->stalled_since) / 1000), stalled);
     return ncclSystemError;
   }
   if (n == 0) {

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
+#include "core/failure.h"
 #include "exec/cuda.h"
 
 static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nranks, int rank) {
@@ -200,6 +201,10 @@ WEFT_ALIAS(ncclCommDestroy)
 WEFT_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   WEFT_CHECK(check_comm_pointer("ncclCommAbort", comm));
+  /* Peers waiting on a healthy communicator learn at once that this rank
+   * is gone; a call of ours it ends returns ncclInvalidUsage. */
+  if (atomic_load(&comm->async_error) == ncclSuccess)
+    (void)weft_failure_raise(comm, WEFT_FAIL_ABORTED, ncclInvalidUsage, "ncclCommAbort");
   release_api_state("ncclCommAbort", comm, 1);
   weft_comm_free(comm, 1);
   return ncclSuccess;
@@ -213,9 +218,10 @@ WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
     return ncclInvalidArgument;
   }
   if (comm->cuda != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
-    /* A kernel-side timeout surfaces here: it fails the communicator. */
+    /* A kernel-side timeout surfaces here: it fails the communicator, and
+     * every rank hears of it (core/failure.h). */
     ncclResult_t err = weft_cuda_engine_check(comm);
-    if (err != ncclSuccess) weft_comm_set_error(comm, err);
+    if (err != ncclSuccess) weft_comm_set_error(comm, weft_failure_report(comm, err));
   }
   *asyncError = (ncclResult_t)atomic_load(&comm->async_error);
   return ncclSuccess;
@@ -256,17 +262,25 @@ WEFT_ALIAS(ncclCommUserRank)
 WEFT_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                     ncclConfig_t *config) {
   WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
+  /* Every rank of comm waits in a split for every other: one that cannot
+   * take part fails the communicator everywhere (core/failure.h) rather
+   * than leave the others waiting for WEFT_TIMEOUT. */
   if (newcomm == NULL) {
     WARN("ncclCommSplit: newcomm is NULL");
-    return ncclInvalidArgument;
+    return weft_failure_raise(comm, WEFT_FAIL_ERROR, ncclInvalidArgument,
+                              "ncclCommSplit: newcomm is NULL");
   }
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
     WARN("ncclCommSplit: color is %d, expected >= 0 or NCCL_SPLIT_NOCOLOR (%d)", color,
          NCCL_SPLIT_NOCOLOR);
-    return ncclInvalidArgument;
+    return weft_failure_raise(comm, WEFT_FAIL_ERROR, ncclInvalidArgument,
+                              "ncclCommSplit: color is %d", color);
   }
   ncclConfig_t cfg = comm->config;
-  if (config != NULL) WEFT_CHECK(weft_config_normalize("ncclCommSplit", config, &cfg));
-  return weft_comm_split(comm, color, key, &cfg, newcomm);
+  ncclResult_t res;
+  if (config != NULL && (res = weft_config_normalize("ncclCommSplit", config, &cfg)) != ncclSuccess)
+    return weft_failure_raise(comm, WEFT_FAIL_ERROR, res, "ncclCommSplit: bad config (%s)",
+                              weft_last_error());
+  return weft_failure_result(comm, weft_comm_split(comm, color, key, &cfg, newcomm));
 }
 WEFT_ALIAS(ncclCommSplit)

@@ -532,6 +532,10 @@ void weft_bootstrap_abort(struct weft_bootstrap *b) {
   if (b != NULL) atomic_store(&b->abort_flag, 1);
 }
 
+void weft_bootstrap_resume(struct weft_bootstrap *b) {
+  if (b != NULL) atomic_store(&b->abort_flag, 0);
+}
+
 void weft_bootstrap_destroy(struct weft_bootstrap *b) {
   if (b == NULL) return;
   weft_gate_close(&b->gate);

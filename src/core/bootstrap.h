@@ -54,6 +54,10 @@ ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, vo
 
 /* Makes every wait of b return ncclInternalError at once (abort). */
 void weft_bootstrap_abort(struct weft_bootstrap *b);
+/* Undoes weft_bootstrap_abort, for ncclCommShrink, which talks over a
+ * failed communicator's bootstrap (core/failure.c aborts it so that no rank
+ * waits there on a failed one). */
+void weft_bootstrap_resume(struct weft_bootstrap *b);
 /* Closes sockets and frees b; NULL is fine. */
 void weft_bootstrap_destroy(struct weft_bootstrap *b);
 

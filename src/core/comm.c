@@ -13,6 +13,7 @@
 #include "core/comm_topo.h"
 #include "core/connect.h"
 #include "core/device.h"
+#include "core/failure.h"
 #include "core/param.h"
 #include "exec/cuda.h"
 #include "exec/cuda_staged.h"
@@ -52,8 +53,11 @@ ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
   int err;
   WEFT_CHECK(weft_comm_check_ready(comm, caller, &err));
   if (err != ncclSuccess) {
-    WARN("%s: comm %p (rank %d) has failed earlier with error %d; abort or destroy it", caller,
-         (const void *)comm, comm->rank, err);
+    char what[320];
+    if (!weft_failure_describe(comm, what, sizeof(what)))
+      snprintf(what, sizeof(what), "error %d", err);
+    WARN("%s: comm %p (rank %d) has failed earlier (%s); abort or destroy it", caller,
+         (const void *)comm, comm->rank, what);
     return (ncclResult_t)err;
   }
   return ncclSuccess;
@@ -114,6 +118,7 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   weft_param_print_all();
   WEFT_CHECK(weft_bootstrap_create(id, comm->rank, comm->nranks, &comm->bootstrap));
   WEFT_CHECK(exchange_peer_info(comm));
+  WEFT_CHECK(weft_failure_start(comm));
   /* Transport per peer and the ring (with ring_next/ring_prev). */
   WEFT_CHECK(weft_comm_topo_decide(comm));
   /* Data links are made when the first task needs them (core/connect.c),
@@ -220,6 +225,7 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
     pthread_join(comm->init_thread, NULL);
     comm->init_thread_live = 0;
   }
+  weft_failure_quiet(comm); /* its thread pokes the engines freed below */
   if (abort) {
     atomic_store(&comm->abort_flag, 1);
     /* Streams and kernels stop waiting before anything below waits on
@@ -231,6 +237,7 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
   weft_cuda_engine_destroy(comm, abort);
   weft_comm_disconnect(comm);
+  weft_failure_stop(comm);
   weft_bootstrap_destroy(comm->bootstrap);
   free(comm->peers);
   free(comm->redops);

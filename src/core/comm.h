@@ -42,6 +42,7 @@ struct weft_host_engine;
 struct weft_cuda_engine;
 struct weft_cuda_staged;
 struct weft_redop;
+struct weft_failure_state;
 
 struct ncclComm {
   uint64_t magic;
@@ -90,8 +91,11 @@ struct ncclComm {
 
   /* Set once: the first fatal error; every later call returns it. */
   _Atomic int async_error;
-  /* Non-zero after ncclCommAbort: every wait gives up at once. */
+  /* Non-zero after ncclCommAbort: every wait gives up at once (other
+   * values: core/failure.h). */
   _Atomic int abort_flag;
+  /* The failure record and its notices (core/failure.c); NULL: 1 rank. */
+  struct weft_failure_state *failure;
   int finalized;
 
   /* Non-blocking init runs here; ncclCommGetAsyncError reports progress. */

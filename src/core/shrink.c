@@ -25,6 +25,7 @@
 #include "core/bootstrap.h"
 #include "core/check.h"
 #include "core/comm.h"
+#include "core/failure.h"
 #include "exec/cuda.h"
 #include "exec/host.h"
 
@@ -187,6 +188,9 @@ ncclResult_t weft_comm_shrink(struct ncclComm *parent, const int *exclude, int n
   struct shrink_plan p;
   WEFT_CHECK(shrink_plan_make(parent, exclude, nexclude, &p));
   if (flags & NCCL_SHRINK_ABORT) shrink_stop_parent(parent);
+  /* Failure notices (core/failure.h) stop the parent's bootstrap; its
+   * point-to-point messages between kept ranks still work. */
+  weft_failure_keep_bootstrap(parent);
   ncclUniqueId id;
   ncclResult_t res = p.me == 0 ? shrink_lead(parent, &p, &id) : shrink_follow(parent, &p, &id);
   if (res == ncclSuccess) {

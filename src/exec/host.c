@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
+#include "core/failure.h"
 #include "core/param.h"
 #include "exec/host_internal.h"
 #include "transport/transport.h"
@@ -87,7 +88,14 @@ static void host_drain(struct weft_host_engine *h) {
     ncclResult_t poisoned = h->error;
     pthread_mutex_unlock(&h->lock);
     ncclResult_t usage = ncclSuccess;
+    weft_failure_note_clear();
     ncclResult_t res = host_task_take(h, &task, poisoned, &usage);
+    /* A failure is told to every rank; one they told us fails even a task
+     * that finished here (the others have failed it: core/failure.h). */
+    if (res != ncclSuccess && poisoned == ncclSuccess)
+      res = weft_failure_report(h->comm, res);
+    else if (res == ncclSuccess)
+      res = weft_failure_poll(h->comm);
     pthread_mutex_lock(&h->lock);
     if (res != ncclSuccess && h->error == ncclSuccess) {
       h->error = res;
@@ -242,9 +250,17 @@ ncclResult_t weft_host_engine_wait(struct ncclComm *comm) {
     res = ncclInvalidUsage;
   }
   h->usage = ncclSuccess;
+  /* Before leaving: an abort from another thread frees comm once we are out. */
+  res = weft_failure_result(comm, res);
   if (--h->inside == 0 && h->stop) pthread_cond_broadcast(&h->idle_cv);
   pthread_mutex_unlock(&h->lock);
   return res;
+}
+
+int weft_host_engine_busy(struct ncclComm *comm) {
+  struct weft_host_engine *h = comm->host;
+  return h != NULL && atomic_load_explicit(&h->queued, memory_order_acquire) !=
+                          atomic_load_explicit(&h->finished, memory_order_acquire);
 }
 
 ncclResult_t weft_host_engine_create(struct ncclComm *comm) {

@@ -46,6 +46,9 @@ void weft_host_task_free(struct weft_host_task *task);
  * (ranks that disagreed on a call, mismatched send/recv sizes) since the
  * last wait, which leaves the communicator usable. */
 ncclResult_t weft_host_engine_wait(struct ncclComm *comm);
+/* Whether work queued on comm's host engine has not finished (0 without
+ * a host engine). */
+int weft_host_engine_busy(struct ncclComm *comm);
 /* Stops the worker (after abort: without waiting for peers) and frees it. */
 void weft_host_engine_destroy(struct ncclComm *comm);
 

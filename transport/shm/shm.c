@@ -35,15 +35,19 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/check.h"
 #include "core/debug.h"
+#include "core/failure.h"
 #include "core/param.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
@@ -78,7 +82,8 @@ struct shm_conn {
   uint64_t pos;      /* ours: tail for the sender, head for the receiver */
   uint64_t peer_pos; /* the other side's counter, as last read */
   int peer_pid;      /* for messages */
-  int peer_watch;    /* kill(peer_pid, 0) tells whether it lives */
+  int peer_watch;    /* peer_pid is another process of our pid namespace */
+  int peer_pidfd;    /* polls readable once the peer exited, reaped or not; -1: none */
   int unlinked;
   uint32_t idle; /* calls in a row that moved nothing */
   int64_t next_check_ms;
@@ -145,6 +150,34 @@ static void shm_conn_watch(struct shm_conn *st, int pid, uint64_t pidns) {
   uint64_t ns = weft__shm_pidns();
   st->peer_pid = pid;
   st->peer_watch = pid > 0 && pid != (int)getpid() && ns != 0 && pidns == ns;
+  st->peer_pidfd = -1;
+#ifdef SYS_pidfd_open
+  /* Opened while the peer is known alive (it just mapped or created the
+   * segment), so the descriptor names that process even if its pid is
+   * reused later. */
+  if (st->peer_watch) st->peer_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+}
+
+/* Whether the peer's process has exited. kill(pid, 0) is not enough: it
+ * succeeds on a zombie, which a parent that does not reap leaves for as
+ * long as it likes. A pidfd polls readable at exit, reaped or not; without
+ * one (kernels before 5.3), /proc says 'Z' for a zombie. */
+static int shm_peer_exited(const struct shm_conn *st) {
+  if (st->peer_pidfd >= 0) {
+    struct pollfd p = {.fd = st->peer_pidfd, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+  }
+  if (kill(st->peer_pid, 0) != 0 && errno == ESRCH) return 1;
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", st->peer_pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *paren = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+  return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 static ncclResult_t shm_setup(struct weft_conn *conn, void *handle_out) {
@@ -331,7 +364,7 @@ static ncclResult_t shm_stalled(struct weft_conn *conn, struct shm_conn *st,
     int64_t now = weft__shm_now_ms();
     if (now >= st->next_check_ms) {
       st->next_check_ms = now + SHM_PEER_CHECK_MS;
-      if (kill(st->peer_pid, 0) != 0 && errno == ESRCH) why = "exited";
+      if (shm_peer_exited(st)) why = "exited";
     }
   }
   if (why == NULL) return ncclSuccess;
@@ -341,6 +374,8 @@ static ncclResult_t shm_stalled(struct weft_conn *conn, struct shm_conn *st,
     return ncclSuccess;
   WARN("shm: rank %d (pid %d) %s; rank %d cannot %s it on channel %d", conn->peer, st->peer_pid,
        why, conn->rank, conn->dir == WEFT_CONN_SEND ? "send to" : "receive from", conn->channel);
+  weft_failure_note(conn->peer, why[0] == 'e' ? WEFT_FAIL_DIED : WEFT_FAIL_ABORTED,
+                    "its process %d %s (shm, channel %d)", st->peer_pid, why, conn->channel);
   return ncclRemoteError;
 }
 
@@ -450,6 +485,8 @@ static ncclResult_t shm_recv_cma(struct weft_conn *conn, struct shm_conn *st, ch
     if (err == ESRCH) {
       WARN("shm: rank %d (pid %d) exited; rank %d cannot receive from it on channel %d",
            conn->peer, st->peer_pid, conn->rank, conn->channel);
+      weft_failure_note(conn->peer, WEFT_FAIL_DIED, "its process %d exited (shm, channel %d)",
+                        st->peer_pid, conn->channel);
       return ncclRemoteError;
     }
     WARN("shm: rank %d: reading %" PRIu64 " bytes from rank %d (pid %d, channel %d) failed: %s",
@@ -518,6 +555,7 @@ static ncclResult_t shm_close(struct weft_conn *conn) {
    * completed, by error or abort. */
   if (conn->dir == WEFT_CONN_RECV && !st->unlinked) weft__shm_segment_unlink(&st->seg);
   weft__shm_segment_unmap(&st->seg);
+  if (st->peer_watch && st->peer_pidfd >= 0) close(st->peer_pidfd); /* set together */
   free(st);
   conn->priv = NULL;
   return ncclSuccess;
