@@ -73,7 +73,10 @@ static double expected(const struct bench_case *c, int rank, size_t k) {
   switch (c->coll) {
     case BENCH_REDUCESCATTER: return reduce_all(c, (size_t)rank * p + k);
     case BENCH_BROADCAST: return input_value(c, c->root, k);
-    case BENCH_ALLGATHER: return input_value(c, (int)(k / p), k % p);
+    case BENCH_ALLGATHER:
+    case BENCH_GATHER:
+    case BENCH_HYPERCUBE: return input_value(c, (int)(k / p), k % p);
+    case BENCH_SCATTER: return input_value(c, c->root, (size_t)rank * p + k);
     case BENCH_ALLTOALL: return input_value(c, (int)(k / p), (size_t)rank * p + k % p);
     case BENCH_SENDRECV: return input_value(c, (rank + c->nranks - 1) % c->nranks, k);
     default: return reduce_all(c, k); /* allreduce, reduce */
@@ -114,7 +117,8 @@ size_t bench_check_count(const struct bench_case *c, int rank, const void *out) 
   const double tol = tolerance(c);
   size_t wrong = 0;
 
-  if (c->coll == BENCH_REDUCE && rank != c->root) return 0; /* only the root receives */
+  /* Only the root receives. */
+  if ((c->coll == BENCH_REDUCE || c->coll == BENCH_GATHER) && rank != c->root) return 0;
   for (size_t k = 0; k < c->recv_count; k++) {
     double got = bench_type_load(c->type, out, k);
     double want = expected(c, rank, k);
