@@ -38,7 +38,7 @@ expect_ok() {
 }
 
 # Defaults are nccl-tests': one row of 32 MiB.
-run allreduce -np 2 -n 1 -w 0 -c 1
+run allreduce -np 2 -n 1 -w 0 -c 0
 if [ "$rc" = 0 ] && [ "$(rows)" = 1 ] && has '^ *33554432 '; then ok; else bad "default sizes: one row of 32 MiB"; fi
 # -i adds when -f is 1 (the default).
 run allreduce -np 2 -b 1K -e 3K -i 1K -n 1 -w 0
