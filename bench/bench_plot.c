@@ -122,6 +122,9 @@ static void write_xtics(FILE *f, const struct bench_report *r) {
     hi = b > hi ? b : hi;
   }
   if (hi == 0) return;
+  /* One size (nccl-tests' default sweep): an octave either side, rather
+   * than gnuplot's "empty x range" warning. */
+  if (lo == hi) fprintf(f, "set xrange [%zu:%zu]\n", lo / 2 ? lo / 2 : 1, 2 * hi);
   while (e0 < 62 && ((size_t)1 << (e0 + 1)) <= lo) e0++;
   while (e1 < 62 && ((size_t)1 << e1) < hi) e1++;
   step = (e1 - e0) / 12 + 1;
