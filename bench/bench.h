@@ -74,8 +74,17 @@ struct bench_type {
   int mant_bits; /* stored mantissa bits of a float type */
 };
 
+/* Operators: NCCL's built-in ones, then nccl-tests' "mulsum", a PreMulSum
+ * (ncclRedOpCreatePreMulSum) made for each call with a scalar per rank
+ * (bench_mulsum_scalar). */
+#define BENCH_OP_MULSUM ((int)ncclNumOps)
+#define BENCH_NOPS (BENCH_OP_MULSUM + 1)
+
 extern const struct bench_type bench_types[ncclNumTypes];
-extern const char *const bench_op_names[ncclNumOps];
+extern const char *const bench_op_names[BENCH_NOPS];
+/* The scalar rank multiplies its input by under mulsum: 1 or 2, exact in
+ * every type. */
+double bench_mulsum_scalar(int rank);
 
 /* Stores x, rounded to nearest even (integers: wrapped), as element i. */
 void bench_type_store(ncclDataType_t t, void *buf, size_t i, double x);

@@ -48,7 +48,8 @@ static const struct arg_spec specs[] = {
      "0: the process's first thread creates every communicator; 1: each thread its own "
      "(default 0)"},
     {"c", "check", ARG_INT, FIELD(check), FOR_ALL, "checked runs per size, 0 for none (default 1)"},
-    {"o", "op", ARG_OP, FIELD(op), FOR_ALL, "sum, prod, min, max, avg or all (default sum)"},
+    {"o", "op", ARG_OP, FIELD(op), FOR_ALL,
+     "sum, prod, min, max, avg, mulsum or all (default sum)"},
     {"d", "datatype", ARG_TYPE, FIELD(dtype), FOR_ALL,
      "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2, or all "
      "(default float)"},
@@ -111,7 +112,7 @@ static const char *const kind_expects[] = {
         "1024), like 8, 64K or 4G",
     [ARG_INT] = "a whole number",
     [ARG_LONG] = "a whole number",
-    [ARG_OP] = "sum, prod, max, min, avg or all",
+    [ARG_OP] = "sum, prod, max, min, avg, mulsum or all",
     [ARG_TYPE] =
         "int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, "
         "f8e4m3, f8e5m2 or all",

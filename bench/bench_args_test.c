@@ -179,6 +179,9 @@ static void test_nccl_tests_flags(void) {
            what);
     expect(parse(&a, WEFT, eq, NULL) == 0 && *field == int_flags[i].want, eq);
   }
+  expect(parse(&a, WEFT, "-o", "mulsum", NULL) == 0 && a.op == BENCH_OP_MULSUM &&
+             strcmp(bench_op_names[a.op], "mulsum") == 0,
+         "-o mulsum (nccl-tests' PreMulSum)");
   expect(parse(&a, WEFT, "-I", "1", "-K", "2", NULL) == 0 && a.per_iter_skip == 2, "-I 1 -K 2");
   expect(parse(&a, WEFT, "--per_iter_timing", "1", "--per_iter_skip", "3", NULL) == 0 &&
              a.per_iter_skip == 3,

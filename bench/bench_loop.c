@@ -222,7 +222,8 @@ static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op, in
   int rc = 0;
 
   shift_buffers(t, type, 1);
-  if (warmup(t, &c) != 0) rc = BENCH_EXIT_ERROR;
+  if ((int)op == BENCH_OP_MULSUM && bench_nccl_mulsum_create(t, type) != 0) rc = BENCH_EXIT_ERROR;
+  if (rc == 0 && warmup(t, &c) != 0) rc = BENCH_EXIT_ERROR;
   do {
     for (size_t bytes = a->min_bytes; bytes <= a->max_bytes && rc == 0;
          bytes = bench_args_next_size(a, bytes)) {
@@ -232,6 +233,7 @@ static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op, in
       if (rc == 0 && t->printer) bench_report_row(&t->report, &c, res);
     }
   } while (rc == 0 && --cycles != 0);
+  if ((int)op == BENCH_OP_MULSUM) bench_nccl_mulsum_destroy(t);
   shift_buffers(t, type, 0);
   return rc;
 }
@@ -304,7 +306,7 @@ static int run_all(struct bench_thread *t) {
   const int t0 = a->dtype < 0 ? 0 : a->dtype;
   const int t1 = a->dtype < 0 ? ncclNumTypes : a->dtype + 1;
   const int o0 = !has_op ? ncclSum : a->op < 0 ? 0 : a->op;
-  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? ncclNumOps : a->op + 1;
+  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? BENCH_NOPS : a->op + 1;
   /* -r -1: every rank is the root in turn, as nccl-tests. */
   const int every_root = bench_colls[a->coll].has_root && a->root < 0;
   const int r0 = every_root ? 0 : a->root;

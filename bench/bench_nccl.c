@@ -3,6 +3,7 @@
  * error counts. A failed call is reported here, once, with the rank, the
  * call, the result code and the library's own message. */
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -196,6 +197,7 @@ static ncclResult_t hypercube(const void *sbuf, char *rbuf, size_t count, ncclDa
  * them: both inside recv, shifted by rank times the offsets. */
 static ncclResult_t coll_issue(const struct bench_case *c, const struct bench_rank *r, int in_place,
                                cudaStream_t s) {
+  const ncclRedOp_t op = (int)c->op == BENCH_OP_MULSUM ? r->mulsum : c->op;
   const size_t ts = bench_types[c->type].size;
   char *rb = r->recv;
   const void *sb = in_place ? rb + c->send_off * (size_t)r->rank * ts : r->send;
@@ -203,17 +205,36 @@ static ncclResult_t coll_issue(const struct bench_case *c, const struct bench_ra
   const size_t n = c->param_count;
 
   switch (c->coll) {
-    case BENCH_ALLREDUCE: return ncclAllReduce(sb, dst, n, c->type, c->op, r->comm, s);
+    case BENCH_ALLREDUCE: return ncclAllReduce(sb, dst, n, c->type, op, r->comm, s);
     case BENCH_ALLGATHER: return ncclAllGather(sb, dst, n, c->type, r->comm, s);
-    case BENCH_REDUCESCATTER: return ncclReduceScatter(sb, dst, n, c->type, c->op, r->comm, s);
+    case BENCH_REDUCESCATTER: return ncclReduceScatter(sb, dst, n, c->type, op, r->comm, s);
     case BENCH_BROADCAST: return ncclBroadcast(sb, dst, n, c->type, c->root, r->comm, s);
-    case BENCH_REDUCE: return ncclReduce(sb, dst, n, c->type, c->op, c->root, r->comm, s);
+    case BENCH_REDUCE: return ncclReduce(sb, dst, n, c->type, op, c->root, r->comm, s);
     case BENCH_SENDRECV: return sendrecv(sb, dst, n, c->type, r->rank, c->nranks, r->comm, s);
     case BENCH_ALLTOALL: return ncclAlltoAll(sb, dst, n, c->type, r->comm, s);
     case BENCH_GATHER: return ncclGather(sb, dst, n, c->type, c->root, r->comm, s);
     case BENCH_SCATTER: return ncclScatter(sb, dst, n, c->type, c->root, r->comm, s);
     case BENCH_HYPERCUBE: return hypercube(sb, dst, n, c->type, r->rank, c->nranks, r->comm, s);
     default: return ncclInvalidArgument;
+  }
+}
+
+int bench_nccl_mulsum_create(struct bench_thread *t, ncclDataType_t type) {
+  for (int i = 0; i < t->nlocal; i++) {
+    struct bench_rank *r = &t->ranks[i];
+    uint64_t scalar = 0; /* room for any type, aligned for all */
+    ncclResult_t res;
+    bench_type_store(type, &scalar, 0, bench_mulsum_scalar(r->rank));
+    res = ncclRedOpCreatePreMulSum(&r->mulsum, &scalar, type, ncclScalarHostImmediate, r->comm);
+    if (res != ncclSuccess) return bench_nccl_fail(r, "ncclRedOpCreatePreMulSum (-o mulsum)", res);
+  }
+  return 0;
+}
+
+void bench_nccl_mulsum_destroy(struct bench_thread *t) {
+  for (int i = 0; i < t->nlocal; i++) {
+    if (t->ranks[i].mulsum) ncclRedOpDestroy(t->ranks[i].mulsum, t->ranks[i].comm);
+    t->ranks[i].mulsum = (ncclRedOp_t)0;
   }
 }
 

@@ -90,6 +90,7 @@ struct bench_rank {
   ncclWindow_t win[2]; /* -R 2: their windows */
   void *base[2];       /* send and recv before -u shifted them */
   void *graph;         /* -G: the captured iterations */
+  ncclRedOp_t mulsum;  /* -o mulsum: this rank's PreMulSum for the sweep's type */
 };
 
 struct bench_thread {
@@ -124,6 +125,10 @@ int bench_nccl_init_all(struct bench_thread *threads, int n);
 int bench_nccl_register(struct bench_thread *t);
 void bench_nccl_deregister(struct bench_thread *t);
 void bench_nccl_fini(struct bench_thread *t);
+/* -o mulsum: makes (frees) each rank's PreMulSum for type, with the
+ * rank's scalar (bench_mulsum_scalar). */
+int bench_nccl_mulsum_create(struct bench_thread *t, ncclDataType_t type);
+void bench_nccl_mulsum_destroy(struct bench_thread *t);
 /* One iteration: c on every rank of t, agg_iters times, in one group. */
 int bench_nccl_iteration(struct bench_thread *t, const struct bench_case *c, int in_place,
                          int agg_iters);

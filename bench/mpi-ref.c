@@ -161,7 +161,7 @@ static int mpi_run_all(struct mpi_bench *b) {
   const int t0 = a->dtype < 0 ? 0 : a->dtype;
   const int t1 = a->dtype < 0 ? ncclNumTypes : a->dtype + 1;
   const int o0 = !has_op ? ncclSum : a->op < 0 ? 0 : a->op;
-  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? ncclNumOps : a->op + 1;
+  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? BENCH_NOPS : a->op + 1;
 
   if (a->dtype >= 0 && mpi_type((ncclDataType_t)a->dtype) == MPI_DATATYPE_NULL) {
     fprintf(stderr, "weft-mpi-ref: MPI has no type for %s\n", bench_types[a->dtype].name);
