@@ -51,7 +51,7 @@ for coll in allreduce allgather reducescatter broadcast reduce sendrecv alltoall
 done
 # nccl-tests' mulsum (a PreMulSum per rank), every type, checked.
 run allreduce -np 3 -b 64 -e 4K -f 8 -n 1 -w 0 -o mulsum -d all -c 1
-if [ "$rc" = 0 ] && [ "$(rows)" = 24 ] && has '# Out of bounds values : 0 OK' && has ' mulsum '; then ok; else bad "-o mulsum -d all"; fi
+if [ "$rc" = 0 ] && [ "$(rows)" = 36 ] && has "# Out of bounds values : 0 OK" && has " mulsum "; then ok; else bad "-o mulsum -d all"; fi
 run broadcast -np 3 -b 1K -e 1K -n 1 -w 0 -r -1
 if [ "$rc" = 0 ] && [ "$(rows)" = 3 ] && has '^ *1024 .* 2  '; then ok; else bad "-r -1: a row per root"; fi
 run gather -np 3 -b 1K -e 1K -n 1 -w 0 -r 2
