@@ -378,6 +378,7 @@ int bench_thread_run(struct bench_thread *t) {
   measure_roofline(t);
   bench_watchdog_start(t->args);
   run_thread(t);
+  bench_watchdog_stop(t->args);
   if (t->printer && t->rc == 0) bench_report_close(&t->report);
   /* A plot that cannot be drawn fails the run, after the table is out. */
   if (t->printer && t->rc == 0 && t->args->plot_path &&

@@ -39,6 +39,10 @@ void bench_watchdog_kick(const struct bench_args *a) {
   if (a->timeout > 0) alarm((unsigned)a->timeout);
 }
 
+void bench_watchdog_stop(const struct bench_args *a) {
+  if (a->timeout > 0) alarm(0);
+}
+
 int bench_nccl_fail(const struct bench_rank *r, const char *call, ncclResult_t res) {
   const char *name = res >= 0 && res < ncclNumResults ? result_names[res] : "unknown result";
   const char *last = ncclGetLastError(r->comm);

@@ -141,6 +141,8 @@ int bench_nccl_allreduce(struct bench_thread *t, void *const *bufs, size_t count
  * each). Nothing without -T. */
 void bench_watchdog_start(const struct bench_args *a);
 void bench_watchdog_kick(const struct bench_args *a);
+/* Disarms it: the run is over (drawing the plot may take its time). */
+void bench_watchdog_stop(const struct bench_args *a);
 
 /* Waits for every rank's stream, then asks each communicator for an
  * asynchronous error (a GPU rank's kernel that timed out ends, and says so
