@@ -87,6 +87,8 @@ for p in 0 1; do
   run allreduce -np 1 -t 2 -b 1K -e 4K -f 2 -n 2 -p $p
   expect_ok "-p $p -t 2" "created by .*(-p $p)"
 done
+run allreduce -np 1 -t 2 -g 2 -b 1K -e 4K -f 2 -n 2 -w 0 -c 1
+if [ "$rc" = 0 ] && has 'nThread 2 nGpus 2' && has 'Rank  3 ' && has '# Out of bounds values : 0 OK'; then ok; else bad "-t 2 -g 2: four ranks in one process"; fi
 for r in 1 2; do
   run reducescatter "${small[@]}" -R $r
   expect_ok "-R $r" "registered with .*(-R $r)"
