@@ -25,6 +25,9 @@ enum bench_coll_id {
   BENCH_REDUCE,
   BENCH_SENDRECV,
   BENCH_ALLTOALL,
+  BENCH_GATHER,
+  BENCH_SCATTER,
+  BENCH_HYPERCUBE,
   BENCH_NCOLLS
 };
 
@@ -71,8 +74,17 @@ struct bench_type {
   int mant_bits; /* stored mantissa bits of a float type */
 };
 
+/* Operators: NCCL's built-in ones, then nccl-tests' "mulsum", a PreMulSum
+ * (ncclRedOpCreatePreMulSum) made for each call with a scalar per rank
+ * (bench_mulsum_scalar). */
+#define BENCH_OP_MULSUM ((int)ncclNumOps)
+#define BENCH_NOPS (BENCH_OP_MULSUM + 1)
+
 extern const struct bench_type bench_types[ncclNumTypes];
-extern const char *const bench_op_names[ncclNumOps];
+extern const char *const bench_op_names[BENCH_NOPS];
+/* The scalar rank multiplies its input by under mulsum: 1 or 2, exact in
+ * every type. */
+double bench_mulsum_scalar(int rank);
 
 /* Stores x, rounded to nearest even (integers: wrapped), as element i. */
 void bench_type_store(ncclDataType_t t, void *buf, size_t i, double x);
@@ -85,6 +97,9 @@ double bench_type_round(ncclDataType_t t, double x);
 int bench_type_find(const char *name);
 int bench_op_find(const char *name);
 int bench_coll_find(const char *name);
+/* "allreduce, allgather, ..." : every name bench_coll_find takes, for
+ * usage text and errors. */
+const char *bench_coll_names(void);
 
 /* ---- Flags -------------------------------------------------------------- */
 
@@ -97,17 +112,32 @@ struct bench_args {
   int iters;
   int warmup;
   int agg_iters;
-  int check;
+  int check;    /* checked runs per row (-c); 0: none */
   int op;       /* ncclRedOp_t, or -1 for all */
   int dtype;    /* ncclDataType_t, or -1 for all */
   int ngpus;    /* ranks driven by one thread (-g) */
   int nthreads; /* threads per process (-t) */
   int nprocs;   /* forked processes (-np) */
   int nprocs_given;
-  int root;
-  int average; /* 0: rank 0, 1: mean, 2: min, 3: max across ranks */
-  int blocking;
-  int cudagraph; /* accepted, not used: there is no graph to capture */
+  int root;                /* -1: every rank in turn */
+  int average;             /* 0: rank 0, 1: mean, 2: min, 3: max across ranks */
+  int blocking;            /* -z: 0 none, 1 wait + barrier, 2 wait, 3 wait, untimed barrier */
+  int cudagraph;           /* -G: graph launches per row (GPU ranks); 0: none */
+  int run_cycles;          /* -N: sweeps of the sizes; 0: until stopped */
+  int parallel_init;       /* -p: each thread creates its own communicators */
+  int stream_null;         /* -y: collectives on the default stream */
+  int timeout;             /* -T: seconds one wait may take; 0: no limit */
+  int report_cputime;      /* -C: report the time to issue, not to complete */
+  int report_timestamps;   /* -S: a timestamp column */
+  int local_register;      /* -R: 0 none, 1 ncclCommRegister, 2 windows */
+  int cta_policy;          /* -x: ncclConfig_t.CTAPolicy; -1: not set */
+  int device_impl;         /* -D: refused above 0 (NCCL 2.28 device API) */
+  int device_ctas;         /* -V: likewise */
+  int memory_report;       /* -M: memory use at the end */
+  int unalign;             /* -u: buffers shifted by this many elements */
+  int per_iter;            /* -I: per-iteration statistics columns */
+  int per_iter_skip;       /* -K: leading iterations left out of them */
+  const char *output_file; /* -J: nccl-tests' JSON output (.json only) */
   const char *json_path;
   const char *plot_path; /* --plot: busbw against size as a PNG */
   int force_cpu;         /* --cpu: host ranks even where there is a GPU */
@@ -152,11 +182,17 @@ struct bench_rank_info {
   char devname[44];
 };
 
+/* Statistics of one row's iterations (-I), in microseconds. */
+struct bench_iter_stats {
+  double min, max, p99, cv_pct;
+};
+
 struct bench_result {
   double time_us;
   double algbw;
   double busbw;
-  double wrong; /* < 0: not checked */
+  double wrong;                 /* < 0: not checked */
+  struct bench_iter_stats iter; /* -I only */
 };
 
 /* The memory roofline of a GPU run: one device's copy bandwidth, counting
@@ -194,6 +230,7 @@ struct bench_report {
   struct bench_plot_point *points; /* kept for --plot */
   size_t npoints;
   size_t points_cap;
+  double mem_used[3]; /* -M: bytes after init, after buffers, at the end */
 };
 
 /* Starts the report on stdout (and the JSON file, if asked for); -1 when
@@ -205,6 +242,8 @@ void bench_report_ranks(struct bench_report *r, const struct bench_rank_info *in
 void bench_report_columns(struct bench_report *r);
 void bench_report_row(struct bench_report *r, const struct bench_case *c,
                       const struct bench_result res[2]);
+/* -I: the statistics of n iteration times (seconds), past the first skip. */
+void bench_iter_stats(const double *sec, int n, int skip, struct bench_iter_stats *out);
 /* Prints the footers; returns the number of wrong elements seen. */
 double bench_report_close(struct bench_report *r);
 /* Draws --plot from the rows reported (bench_plot.c); 0 on success, else

@@ -1,10 +1,12 @@
-/* Command-line flags: nccl-tests' flags with their defaults (except the
- * size range, 8 B to 32 MiB here), plus weft-bench's own -np, --json,
- * --plot, --cpu and --gpu. weft-mpi-ref takes the subset an MPI program can
- * honour. A bad flag is reported with the flag and what it expects. */
+/* Command-line flags: every flag of nccl-tests 2.19 (its src/common.cu),
+ * long and short, with its meaning and default, plus weft-bench's own -np,
+ * --json, --plot, --cpu and --gpu. Where a flag cannot apply (NCCL 2.28's
+ * device API, a CUDA graph on host ranks) the run says why. weft-mpi-ref takes the subset an MPI
+ * program can honour. A bad flag is reported with the flag and what it expects. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench.h"
 
@@ -27,31 +29,66 @@ struct arg_spec {
 #define FIELD(f) offsetof(struct bench_args, f)
 
 static const struct arg_spec specs[] = {
+    {"t", "nthreads", ARG_INT, FIELD(nthreads), FOR_WEFT, "threads per process (default 1)"},
+    {"g", "ngpus", ARG_INT, FIELD(ngpus), FOR_WEFT, "ranks driven by each thread (default 1)"},
     {"b", "minbytes", ARG_SIZE, FIELD(min_bytes), FOR_ALL,
-     "smallest size (default 8; K/M/G suffixes)"},
+     "smallest size (default 32M; K/M/G/T suffixes)"},
     {"e", "maxbytes", ARG_SIZE, FIELD(max_bytes), FOR_ALL, "largest size (default 32M)"},
     {"i", "stepbytes", ARG_SIZE, FIELD(step_bytes), FOR_ALL,
-     "grow sizes by adding this many bytes"},
+     "grow sizes by adding this many bytes (default 1M)"},
     {"f", "stepfactor", ARG_LONG, FIELD(step_factor), FOR_ALL,
-     "grow sizes by this factor (default 2)"},
+     "grow sizes by this factor; 1 adds -i instead (default 1)"},
     {"n", "iters", ARG_INT, FIELD(iters), FOR_ALL, "timed iterations per size (default 20)"},
-    {"w", "warmup_iters", ARG_INT, FIELD(warmup), FOR_ALL, "warmup iterations (default 5)"},
     {"m", "agg_iters", ARG_INT, FIELD(agg_iters), FOR_WEFT,
      "calls grouped into one iteration (default 1)"},
-    {"c", "check", ARG_INT, FIELD(check), FOR_ALL, "check results: 0 or 1 (default 1)"},
-    {"o", "op", ARG_OP, FIELD(op), FOR_ALL, "sum, prod, min, max, avg or all (default sum)"},
+    {"w", "warmup_iters", ARG_INT, FIELD(warmup), FOR_ALL, "warmup iterations (default 1)"},
+    {"N", "run_cycles", ARG_INT, FIELD(run_cycles), FOR_WEFT,
+     "sweeps of the sizes, each printed; 0 runs until stopped (default 1)"},
+    {"p", "parallel_init", ARG_INT, FIELD(parallel_init), FOR_WEFT,
+     "0: the process's first thread creates every communicator; 1: each thread its own "
+     "(default 0)"},
+    {"c", "check", ARG_INT, FIELD(check), FOR_ALL, "checked runs per size, 0 for none (default 1)"},
+    {"o", "op", ARG_OP, FIELD(op), FOR_ALL,
+     "sum, prod, min, max, avg, mulsum or all (default sum)"},
     {"d", "datatype", ARG_TYPE, FIELD(dtype), FOR_ALL,
      "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2, or all "
      "(default float)"},
-    {"g", "ngpus", ARG_INT, FIELD(ngpus), FOR_WEFT, "ranks driven by each thread (default 1)"},
-    {"t", "nthreads", ARG_INT, FIELD(nthreads), FOR_WEFT, "threads per process (default 1)"},
-    {"r", "root", ARG_INT, FIELD(root), FOR_ALL, "root rank of broadcast and reduce (default 0)"},
+    {"r", "root", ARG_INT, FIELD(root), FOR_ALL,
+     "root rank of broadcast, reduce, gather and scatter; -1 each in turn (default 0)"},
+    {"z", "blocking", ARG_INT, FIELD(blocking), FOR_WEFT,
+     "0: none; 1: wait for each call, then a barrier; 2: wait, no barrier; 3: wait, then an "
+     "untimed barrier (default 0)"},
+    {"y", "stream_null", ARG_INT, FIELD(stream_null), FOR_WEFT,
+     "1: GPU ranks use the default (NULL) stream (default 0)"},
+    {"T", "timeout", ARG_INT, FIELD(timeout), FOR_WEFT,
+     "seconds a call may take before the run fails; 0 for no limit (default 0)"},
+    {"G", "cudagraph", ARG_INT, FIELD(cudagraph), FOR_WEFT,
+     "GPU ranks: capture the -n iterations in a CUDA graph and launch it this many times "
+     "(default 0)"},
+    {"C", "report_cputime", ARG_INT, FIELD(report_cputime), FOR_WEFT,
+     "1: report the time to issue the calls, not to complete them (default 0)"},
+    {"S", "report_timestamps", ARG_INT, FIELD(report_timestamps), FOR_WEFT,
+     "1: a timestamp column (default 0)"},
+    {"J", "output_file", ARG_PATH, FIELD(output_file), FOR_ALL,
+     "also write the results to FILE; the name must end in .json"},
     {"a", "average", ARG_INT, FIELD(average), FOR_ALL,
      "time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)"},
-    {"z", "blocking", ARG_INT, FIELD(blocking), FOR_WEFT,
-     "complete each call, then barrier (default 0)"},
-    {"G", "cudagraph", ARG_INT, FIELD(cudagraph), FOR_WEFT,
-     "accepted and ignored: weft-bench captures no CUDA graphs"},
+    {"R", "local_register", ARG_INT, FIELD(local_register), FOR_WEFT,
+     "register buffers: 0 no, 1 ncclCommRegister, 2 ncclCommWindowRegister (default 0)"},
+    {"x", "cta_policy", ARG_INT, FIELD(cta_policy), FOR_WEFT,
+     "ncclConfig_t.CTAPolicy: 0 default, 1 efficiency (default: not set)"},
+    {"D", "device_implementation", ARG_INT, FIELD(device_impl), FOR_WEFT,
+     "0 only: NCCL 2.28's device API is not in weft (NCCL 2.27)"},
+    {"V", "device_cta_count", ARG_INT, FIELD(device_ctas), FOR_WEFT,
+     "refused: goes with -D, which needs NCCL 2.28"},
+    {"M", "memory", ARG_INT, FIELD(memory_report), FOR_WEFT,
+     "1: report memory use at the end (default 0)"},
+    {"u", "unalign", ARG_INT, FIELD(unalign), FOR_WEFT,
+     "shift send and receive buffers by this many elements (default 0)"},
+    {"I", "per_iter_timing", ARG_INT, FIELD(per_iter), FOR_WEFT,
+     "1: time each iteration; adds min, max, p99 and cv% columns (default 0)"},
+    {"K", "per_iter_skip", ARG_INT, FIELD(per_iter_skip), FOR_WEFT,
+     "leave this many first iterations out of -I's columns (default 0)"},
     {"np", "np", ARG_INT, FIELD(nprocs), FOR_WEFT,
      "processes to fork, each running -t x -g ranks (default 2)"},
     {NULL, "json", ARG_PATH, FIELD(json_path), FOR_WEFT, "also write the results as JSON to FILE"},
@@ -75,7 +112,7 @@ static const char *const kind_expects[] = {
         "1024), like 8, 64K or 4G",
     [ARG_INT] = "a whole number",
     [ARG_LONG] = "a whole number",
-    [ARG_OP] = "sum, prod, max, min, avg or all",
+    [ARG_OP] = "sum, prod, max, min, avg, mulsum or all",
     [ARG_TYPE] =
         "int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, "
         "f8e4m3, f8e5m2 or all",
@@ -86,12 +123,15 @@ static const char *const kind_expects[] = {
 static void args_defaults(struct bench_args *a) {
   memset(a, 0, sizeof(*a));
   a->coll = BENCH_ALLREDUCE;
-  a->min_bytes = 8;
+  /* nccl-tests' defaults: one size, 32 MiB. */
+  a->min_bytes = 32u << 20;
   a->max_bytes = 32u << 20;
   a->step_bytes = 1u << 20;
-  a->step_factor = 2;
+  a->step_factor = 1;
   a->iters = 20;
-  a->warmup = 5;
+  a->warmup = 1;
+  a->run_cycles = 1;
+  a->cta_policy = -1;
   a->agg_iters = 1;
   a->check = 1;
   a->op = ncclSum;
@@ -105,9 +145,8 @@ static void args_defaults(struct bench_args *a) {
 static void args_usage(FILE *f, const char *prog, enum bench_args_set set) {
   fprintf(f,
           "usage: %s [COLLECTIVE] [flags]\n"
-          "COLLECTIVE: allreduce (default), allgather, reducescatter, "
-          "broadcast, reduce, sendrecv, alltoall\n",
-          prog);
+          "COLLECTIVE (default allreduce): %s\n",
+          prog, bench_coll_names());
   for (size_t i = 0; i < NSPECS; i++) {
     if (!(specs[i].programs & (1 << set))) continue;
     const char *value = specs[i].kind == ARG_PATH ? " FILE" : "";
@@ -116,7 +155,7 @@ static void args_usage(FILE *f, const char *prog, enum bench_args_set set) {
       snprintf(names, sizeof(names), "-%s, --%s%s", specs[i].shortname, specs[i].longname, value);
     else
       snprintf(names, sizeof(names), "--%s%s", specs[i].longname, value);
-    fprintf(f, "  %-24s %s\n", names, specs[i].help);
+    fprintf(f, "  %-32s %s\n", names, specs[i].help);
   }
 }
 
@@ -224,9 +263,8 @@ static const struct arg_spec *args_match(const char *arg, const char **inline_va
   return NULL;
 }
 
-/* Checks the values that need no rank count; names the flag and what it
- * expects. */
-static int args_validate(const struct bench_args *a, const char *prog) {
+/* Checks the sizes, counts and modes; names the flag and what it expects. */
+static int args_validate_counts(const struct bench_args *a, const char *prog) {
   const long long per_proc = (long long)a->ngpus * a->nthreads;
 
   if (a->min_bytes > a->max_bytes)
@@ -250,11 +288,69 @@ static int args_validate(const struct bench_args *a, const char *prog) {
     fprintf(stderr, "%s: -a %d: expected 0 (rank 0), 1 (mean), 2 (min) or 3 (max)\n", prog,
             a->average);
   else if (a->check < 0)
-    fprintf(stderr, "%s: -c %d: expected 0 (no checks) or 1\n", prog, a->check);
-  else if (a->force_cpu && a->force_gpu)
-    fprintf(stderr, "%s: --cpu and --gpu both given: expected at most one of them\n", prog);
+    fprintf(stderr, "%s: -c %d: expected 0 (no checks) or a count of checked runs\n", prog,
+            a->check);
+  else if (a->run_cycles < 0)
+    fprintf(stderr, "%s: -N %d: expected 0 (until stopped) or a count of sweeps\n", prog,
+            a->run_cycles);
+  else if (a->blocking < 0 || a->blocking > 3)
+    fprintf(stderr, "%s: -z %d: expected 0, 1, 2 or 3\n", prog, a->blocking);
+  else if (a->timeout < 0 || a->cudagraph < 0 || a->unalign < 0 || a->unalign > (1 << 20))
+    fprintf(stderr, "%s: -T %d -G %d -u %d: expected -T, -G >= 0 and 0 <= -u <= 1048576\n", prog,
+            a->timeout, a->cudagraph, a->unalign);
+  else if (a->root < -1)
+    fprintf(stderr, "%s: -r %d: expected a rank, or -1 for every rank in turn\n", prog, a->root);
   else
     return 0;
+  return -1;
+}
+
+/* Checks the flags that only go together, or not at all in weft. */
+static int args_validate_modes(struct bench_args *a, const char *prog) {
+  const char *ext = a->output_file ? strrchr(a->output_file, '.') : NULL;
+
+  if (a->force_cpu && a->force_gpu)
+    fprintf(stderr, "%s: --cpu and --gpu both given: expected at most one of them\n", prog);
+  else if (a->per_iter != 0 && a->per_iter != 1)
+    fprintf(stderr, "%s: -I %d: expected 0 (off) or 1 (per-iteration timing)\n", prog, a->per_iter);
+  else if (a->per_iter && a->cudagraph)
+    fprintf(stderr, "%s: -I 1 with -G %d: a graph's iterations cannot be timed one by one\n", prog,
+            a->cudagraph);
+  else if (a->blocking == 3 && a->cudagraph)
+    fprintf(stderr, "%s: -z 3 with -G %d: a graph cannot wait between its iterations\n", prog,
+            a->cudagraph);
+  else if (a->per_iter_skip < 0 || a->per_iter_skip >= a->iters ||
+           (a->per_iter_skip && !a->per_iter))
+    fprintf(stderr, "%s: -K %d: expected 0 <= -K < -n (%d), and -I 1 with it\n", prog,
+            a->per_iter_skip, a->iters);
+  else if (a->local_register < 0 || a->local_register > 2)
+    fprintf(stderr, "%s: -R %d: expected 0 (none), 1 (local) or 2 (symmetric window)\n", prog,
+            a->local_register);
+  else if (a->cta_policy < -1 || a->cta_policy > 2)
+    fprintf(stderr, "%s: -x %d: expected 0 (default) or 1 (efficiency)\n", prog, a->cta_policy);
+  else if (a->device_impl != 0 || a->device_ctas != 0)
+    fprintf(stderr,
+            "%s: -D %d -V %d: NCCL 2.28's device API is not part of weft (it implements NCCL "
+            "%d.%d): expected -D 0 and no -V\n",
+            prog, a->device_impl, a->device_ctas, NCCL_MAJOR, NCCL_MINOR);
+  else if (a->output_file && (!ext || strchr(ext, '/') || strcasecmp(ext, ".json") != 0))
+    fprintf(stderr, "%s: -J %s: only JSON output is written: expected a name ending in .json\n",
+            prog, a->output_file);
+  else if (a->output_file && a->json_path && strcmp(a->output_file, a->json_path) != 0)
+    fprintf(stderr, "%s: -J %s and --json %s: expected one JSON file\n", prog, a->output_file,
+            a->json_path);
+  else {
+    if (a->cta_policy == 2) {
+      /* nccl-tests ignores it below NCCL 2.28 the same way. */
+      fprintf(stderr,
+              "%s: -x 2 (NCCL_CTA_POLICY_ZERO) needs NCCL 2.28; weft implements %d.%d: "
+              "ignoring it\n",
+              prog, NCCL_MAJOR, NCCL_MINOR);
+      a->cta_policy = -1;
+    }
+    if (a->output_file) a->json_path = a->output_file;
+    return 0;
+  }
   return -1;
 }
 
@@ -313,8 +409,13 @@ int bench_args_parse(struct bench_args *a, int argc, char **argv, enum bench_arg
   for (int i = 1; i < argc; i++) {
     if (argv[i][0] != '-') {
       a->coll = bench_coll_find(argv[i]);
-      if (a->coll < 0 || coll_given++) {
-        fprintf(stderr, "%s: unknown or second collective '%s'\n", argv[0], argv[i]);
+      if (a->coll < 0) {
+        fprintf(stderr, "%s: unknown collective '%s': expected one of %s\n", argv[0], argv[i],
+                bench_coll_names());
+        return -1;
+      }
+      if (coll_given++) {
+        fprintf(stderr, "%s: a second collective '%s': expected one per run\n", argv[0], argv[i]);
         return -1;
       }
       continue;
@@ -323,12 +424,20 @@ int bench_args_parse(struct bench_args *a, int argc, char **argv, enum bench_arg
     if (rc > 0) args_usage(stdout, argv[0], set);
     if (rc != 0) return rc;
   }
-  return args_validate(a, argv[0]);
+  if (args_validate_counts(a, argv[0]) != 0) return -1;
+  return args_validate_modes(a, argv[0]);
 }
 
 int bench_args_check_ranks(const struct bench_args *a, const char *prog, int nranks, int verbose) {
-  if (bench_colls[a->coll].has_root && (a->root < 0 || a->root >= nranks)) {
-    if (verbose) fprintf(stderr, "%s: root %d is not a rank (0..%d)\n", prog, a->root, nranks - 1);
+  if (bench_colls[a->coll].has_root && a->root >= nranks) {
+    if (verbose)
+      fprintf(stderr, "%s: -r %d is not a rank: expected 0..%d, or -1 for each in turn\n", prog,
+              a->root, nranks - 1);
+    return -1;
+  }
+  if (a->coll == BENCH_HYPERCUBE && (nranks & (nranks - 1)) != 0) {
+    if (verbose)
+      fprintf(stderr, "%s: hypercube needs a power-of-two number of ranks, not %d\n", prog, nranks);
     return -1;
   }
   return 0;

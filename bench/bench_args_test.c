@@ -3,6 +3,7 @@
  * arithmetic holds up to 4 GiB and past 32-bit counts. The refusals print
  * their messages on stderr, where a reader of the test log sees them. */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -97,7 +98,7 @@ static void test_sizes(void) {
   expect(parse(&a, WEFT, "-a", "4", NULL) < 0, "-a 4 is refused");
 
   /* 4 GiB of int8 is 2^32 elements: past any 32-bit count. */
-  parse(&a, WEFT, "-b", "2G", "-e", "4G", NULL);
+  parse(&a, WEFT, "-b", "2G", "-e", "4G", "-f", "2", NULL);
   expect(bench_args_next_size(&a, (size_t)2 << 30) == (size_t)4 << 30, "2 GiB steps to 4 GiB");
   c.type = ncclInt8;
   bench_case_size(&c, (size_t)4 << 30);
@@ -110,7 +111,160 @@ static void test_sizes(void) {
          "allgather of 4 GiB over 3 ranks");
 }
 
+/* nccl-tests 2.19's defaults: one size of 32 MiB, step 1 MiB added, one
+ * warmup iteration, 20 timed, one check, every mode off. */
+static void test_defaults(void) {
+  struct bench_args a;
+
+  expect(parse(&a, WEFT, NULL) == 0, "no flags");
+  expect(a.min_bytes == (size_t)32 << 20 && a.max_bytes == (size_t)32 << 20 &&
+             a.step_bytes == (size_t)1 << 20 && a.step_factor == 1,
+         "default sizes: -b 32M -e 32M -i 1M -f 1");
+  expect(a.warmup == 1 && a.iters == 20 && a.agg_iters == 1 && a.check == 1 && a.run_cycles == 1,
+         "default counts: -w 1 -n 20 -m 1 -c 1 -N 1");
+  expect(a.op == ncclSum && a.dtype == ncclFloat32 && a.root == 0 && a.average == 1,
+         "default -o sum -d float -r 0 -a 1");
+  expect(a.parallel_init == 0 && a.blocking == 0 && a.stream_null == 0 && a.timeout == 0 &&
+             a.cudagraph == 0 && a.report_cputime == 0 && a.report_timestamps == 0 &&
+             a.local_register == 0 && a.cta_policy == -1 && a.memory_report == 0 &&
+             a.unalign == 0 && a.per_iter == 0 && a.per_iter_skip == 0 && !a.output_file,
+         "default modes all off (-x not set)");
+}
+
+/* Every int flag of nccl-tests 2.19, short and long, lands in its field. */
+static const struct {
+  const char *shortname, *longname, *value;
+  size_t field;
+  int want;
+} int_flags[] = {
+    {"-t", "--nthreads", "3", offsetof(struct bench_args, nthreads), 3},
+    {"-g", "--ngpus", "2", offsetof(struct bench_args, ngpus), 2},
+    {"-n", "--iters", "7", offsetof(struct bench_args, iters), 7},
+    {"-m", "--agg_iters", "4", offsetof(struct bench_args, agg_iters), 4},
+    {"-w", "--warmup_iters", "0", offsetof(struct bench_args, warmup), 0},
+    {"-N", "--run_cycles", "3", offsetof(struct bench_args, run_cycles), 3},
+    {"-p", "--parallel_init", "1", offsetof(struct bench_args, parallel_init), 1},
+    {"-c", "--check", "5", offsetof(struct bench_args, check), 5},
+    {"-r", "--root", "-1", offsetof(struct bench_args, root), -1},
+    {"-z", "--blocking", "3", offsetof(struct bench_args, blocking), 3},
+    {"-y", "--stream_null", "1", offsetof(struct bench_args, stream_null), 1},
+    {"-T", "--timeout", "9", offsetof(struct bench_args, timeout), 9},
+    {"-G", "--cudagraph", "4", offsetof(struct bench_args, cudagraph), 4},
+    {"-C", "--report_cputime", "1", offsetof(struct bench_args, report_cputime), 1},
+    {"-S", "--report_timestamps", "1", offsetof(struct bench_args, report_timestamps), 1},
+    {"-a", "--average", "3", offsetof(struct bench_args, average), 3},
+    {"-R", "--local_register", "2", offsetof(struct bench_args, local_register), 2},
+    {"-x", "--cta_policy", "1", offsetof(struct bench_args, cta_policy), 1},
+    {"-D", "--device_implementation", "0", offsetof(struct bench_args, device_impl), 0},
+    {"-M", "--memory", "1", offsetof(struct bench_args, memory_report), 1},
+    {"-u", "--unalign", "5", offsetof(struct bench_args, unalign), 5},
+    {"-I", "--per_iter_timing", "1", offsetof(struct bench_args, per_iter), 1},
+    {"-o", "--op", "max", offsetof(struct bench_args, op), ncclMax},
+    {"-d", "--datatype", "bfloat16", offsetof(struct bench_args, dtype), ncclBfloat16},
+};
+
+static void test_nccl_tests_flags(void) {
+  struct bench_args a;
+  char what[96], eq[64];
+
+  for (size_t i = 0; i < sizeof(int_flags) / sizeof(int_flags[0]); i++) {
+    const char *v = int_flags[i].value;
+    int *field = (int *)(void *)((char *)&a + int_flags[i].field);
+    snprintf(eq, sizeof(eq), "%s=%s", int_flags[i].longname, v);
+    snprintf(what, sizeof(what), "%s %s", int_flags[i].shortname, v);
+    expect(parse(&a, WEFT, int_flags[i].shortname, v, NULL) == 0 && *field == int_flags[i].want,
+           what);
+    snprintf(what, sizeof(what), "%s %s", int_flags[i].longname, v);
+    expect(parse(&a, WEFT, int_flags[i].longname, v, NULL) == 0 && *field == int_flags[i].want,
+           what);
+    expect(parse(&a, WEFT, eq, NULL) == 0 && *field == int_flags[i].want, eq);
+  }
+  expect(parse(&a, WEFT, "-o", "mulsum", NULL) == 0 && a.op == BENCH_OP_MULSUM &&
+             strcmp(bench_op_names[a.op], "mulsum") == 0,
+         "-o mulsum (nccl-tests' PreMulSum)");
+  expect(parse(&a, WEFT, "-I", "1", "-K", "2", NULL) == 0 && a.per_iter_skip == 2, "-I 1 -K 2");
+  expect(parse(&a, WEFT, "--per_iter_timing", "1", "--per_iter_skip", "3", NULL) == 0 &&
+             a.per_iter_skip == 3,
+         "--per_iter_skip 3");
+  expect(parse(&a, WEFT, "-b", "1K", "--maxbytes", "2M", "-i", "4K", NULL) == 0 &&
+             a.min_bytes == 1024 && a.max_bytes == (size_t)2 << 20 && a.step_bytes == 4096,
+         "-b 1K --maxbytes 2M -i 4K");
+  expect(parse(&a, WEFT, "--minbytes=8", "--stepfactor", "4", NULL) == 0 && a.min_bytes == 8 &&
+             a.step_factor == 4,
+         "--minbytes=8 --stepfactor 4");
+  expect(parse(&a, WEFT, "-J", "out.json", NULL) == 0 && a.output_file && a.json_path &&
+             strcmp(a.json_path, "out.json") == 0,
+         "-J out.json writes JSON there");
+  expect(parse(&a, WEFT, "--output_file", "x/y.JSON", NULL) == 0 && a.json_path,
+         "--output_file x/y.JSON");
+  expect(parse(&a, BENCH_ARGS_MPI, "-J", "m.json", NULL) == 0 && a.json_path,
+         "weft-mpi-ref takes -J too");
+}
+
+/* What cannot apply, or does not make sense, is refused with a message. */
+static void test_refusals(void) {
+  struct bench_args a;
+
+  expect(parse(&a, WEFT, "-D", "1", NULL) < 0, "-D 1 (NCCL 2.28 device API) is refused");
+  expect(parse(&a, WEFT, "-V", "16", NULL) < 0, "-V 16 (NCCL 2.28 device API) is refused");
+  expect(parse(&a, WEFT, "-x", "2", NULL) == 0 && a.cta_policy == -1,
+         "-x 2 (NCCL 2.28) is ignored with a message, as nccl-tests does");
+  expect(parse(&a, WEFT, "-x", "3", NULL) < 0, "-x 3 is refused");
+  expect(parse(&a, WEFT, "-J", "out.txt", NULL) < 0, "-J out.txt is refused: JSON only");
+  expect(parse(&a, WEFT, "-J", "a.json", "--json", "b.json", NULL) < 0, "-J and --json differ");
+  expect(parse(&a, WEFT, "-z", "4", NULL) < 0, "-z 4 is refused");
+  expect(parse(&a, WEFT, "-I", "2", NULL) < 0, "-I 2 is refused");
+  expect(parse(&a, WEFT, "-K", "1", NULL) < 0, "-K without -I is refused");
+  expect(parse(&a, WEFT, "-I", "1", "-K", "20", NULL) < 0, "-K as large as -n is refused");
+  expect(parse(&a, WEFT, "-I", "1", "-G", "2", NULL) < 0, "-I with -G is refused");
+  expect(parse(&a, WEFT, "-z", "3", "-G", "2", NULL) < 0, "-z 3 with -G is refused");
+  expect(parse(&a, WEFT, "-R", "3", NULL) < 0, "-R 3 is refused");
+  expect(parse(&a, WEFT, "-N", "-1", NULL) < 0, "-N -1 is refused");
+  expect(parse(&a, WEFT, "-T", "-1", NULL) < 0, "-T -1 is refused");
+  expect(parse(&a, WEFT, "-u", "-1", NULL) < 0, "-u -1 is refused");
+  expect(parse(&a, WEFT, "-c", "-1", NULL) < 0, "-c -1 is refused");
+  expect(parse(&a, WEFT, "-r", "-2", NULL) < 0, "-r -2 is refused");
+  expect(parse(&a, WEFT, "nosuchcoll", NULL) < 0, "an unknown collective is refused");
+  expect(parse(&a, BENCH_ARGS_MPI, "-G", "1", NULL) < 0, "weft-mpi-ref has no -G");
+}
+
+/* Every collective by name, nccl-tests' binary names too, and the check of
+ * the rank count. */
+static void test_collectives(void) {
+  static const char *const names[] = {"allreduce", "allgather", "reducescatter", "broadcast",
+                                      "reduce",    "sendrecv",  "alltoall",      "gather",
+                                      "scatter",   "hypercube"};
+  struct bench_args a;
+  struct bench_case c = {.type = ncclFloat32, .nranks = 4};
+
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+    expect(parse(&a, WEFT, names[i], NULL) == 0 && a.coll == (int)i &&
+               strstr(bench_coll_names(), names[i]),
+           names[i]);
+  expect(bench_coll_find("gather_perf") == BENCH_GATHER, "gather_perf");
+  expect(bench_coll_find("scatter_perf") == BENCH_SCATTER, "scatter_perf");
+  expect(bench_coll_find("hypercube_perf") == BENCH_HYPERCUBE, "hypercube_perf");
+  parse(&a, WEFT, "hypercube", NULL);
+  expect(bench_args_check_ranks(&a, "t", 3, 0) < 0 && bench_args_check_ranks(&a, "t", 4, 0) == 0,
+         "hypercube needs a power of two ranks");
+  parse(&a, WEFT, "gather", "-r", "-1", NULL);
+  expect(bench_args_check_ranks(&a, "t", 4, 0) == 0, "gather -r -1: every root");
+  parse(&a, WEFT, "scatter", "-r", "4", NULL);
+  expect(bench_args_check_ranks(&a, "t", 4, 0) < 0, "scatter -r 4 over 4 ranks is refused");
+  /* nccl-tests' counts: whole 16-byte blocks per rank. */
+  c.coll = BENCH_GATHER;
+  bench_case_size(&c, 1000);
+  expect(c.param_count == 60 && c.recv_count == 240 && c.send_off == 60, "gather of 1000 B");
+  c.coll = BENCH_SCATTER;
+  bench_case_size(&c, 1000);
+  expect(c.param_count == 60 && c.send_count == 240 && c.recv_off == 60, "scatter of 1000 B");
+}
+
 int main(void) {
+  test_defaults();
+  test_nccl_tests_flags();
+  test_refusals();
+  test_collectives();
   test_device_flags();
   test_plot_flag();
   test_rank_flags();

@@ -30,9 +30,11 @@ static double input_value(const struct bench_case *c, int rank, size_t i) {
   const size_t n = (size_t)c->nranks;
 
   if (!bench_colls[c->coll].has_op) return pattern(c, rank, i);
-  switch (c->op) {
+  switch ((int)c->op) {
     case ncclSum:
-      /* -1, 0, 1 where the type has a sign: sums stay within n. */
+    case BENCH_OP_MULSUM:
+      /* -1, 0, 1 where the type has a sign: sums stay within n (2n
+       * under mulsum, whose scalars are 1 and 2). */
       return (double)(((size_t)rank + i) % 3) - (t->is_signed ? 1 : 0);
     case ncclAvg:
       /* Never negative, so integer division truncates the one way. */
@@ -48,11 +50,12 @@ static double input_value(const struct bench_case *c, int rank, size_t i) {
 
 /* op over every rank's element i, exactly, then rounded into the type. */
 static double reduce_all(const struct bench_case *c, size_t i) {
-  double acc = input_value(c, 0, i);
+  const int mulsum = (int)c->op == BENCH_OP_MULSUM;
+  double acc = input_value(c, 0, i) * (mulsum ? bench_mulsum_scalar(0) : 1.0);
 
   for (int r = 1; r < c->nranks; r++) {
-    double v = input_value(c, r, i);
-    switch (c->op) {
+    double v = input_value(c, r, i) * (mulsum ? bench_mulsum_scalar(r) : 1.0);
+    switch ((int)c->op) {
       case ncclProd: acc *= v; break;
       case ncclMax: acc = v > acc ? v : acc; break;
       case ncclMin: acc = v < acc ? v : acc; break;
@@ -73,7 +76,10 @@ static double expected(const struct bench_case *c, int rank, size_t k) {
   switch (c->coll) {
     case BENCH_REDUCESCATTER: return reduce_all(c, (size_t)rank * p + k);
     case BENCH_BROADCAST: return input_value(c, c->root, k);
-    case BENCH_ALLGATHER: return input_value(c, (int)(k / p), k % p);
+    case BENCH_ALLGATHER:
+    case BENCH_GATHER:
+    case BENCH_HYPERCUBE: return input_value(c, (int)(k / p), k % p);
+    case BENCH_SCATTER: return input_value(c, c->root, (size_t)rank * p + k);
     case BENCH_ALLTOALL: return input_value(c, (int)(k / p), (size_t)rank * p + k % p);
     case BENCH_SENDRECV: return input_value(c, (rank + c->nranks - 1) % c->nranks, k);
     default: return reduce_all(c, k); /* allreduce, reduce */
@@ -85,14 +91,16 @@ static double tolerance(const struct bench_case *c) {
   const struct bench_type *t = &bench_types[c->type];
   const double n = c->nranks;
   const double eps = ldexp(1.0, -(t->mant_bits + 1));
-  const int sum_exact = n <= ldexp(1.0, t->mant_bits + 1);
+  const double most = (int)c->op == BENCH_OP_MULSUM ? 2 * n : n;
+  const int sum_exact = most <= ldexp(1.0, t->mant_bits + 1);
 
   if (!t->is_float || !bench_colls[c->coll].has_op) return 0.0;
-  switch (c->op) {
+  switch ((int)c->op) {
     case ncclSum:
-      /* Inputs are -1, 0, 1: partial sums stay within n, so does the error
-       * of each of the n roundings. */
-      return sum_exact ? 0.0 : eps * n * n;
+    case BENCH_OP_MULSUM:
+      /* Inputs are -1, 0, 1 (times 1 or 2): partial sums stay within
+       * most, so does the error of each of the n roundings. */
+      return sum_exact ? 0.0 : eps * n * most;
     case ncclAvg:
       /* Inputs are not negative, so every partial result is at most the
        * final one: the error is relative to it (pass want; see caller). */
@@ -114,7 +122,8 @@ size_t bench_check_count(const struct bench_case *c, int rank, const void *out) 
   const double tol = tolerance(c);
   size_t wrong = 0;
 
-  if (c->coll == BENCH_REDUCE && rank != c->root) return 0; /* only the root receives */
+  /* Only the root receives. */
+  if ((c->coll == BENCH_REDUCE || c->coll == BENCH_GATHER) && rank != c->root) return 0;
   for (size_t k = 0; k < c->recv_count; k++) {
     double got = bench_type_load(c->type, out, k);
     double want = expected(c, rank, k);

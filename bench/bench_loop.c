@@ -31,6 +31,20 @@ static int reduce_double(struct bench_thread *t, const double *vals, ncclRedOp_t
   return 0;
 }
 
+/* n values, the same from every rank of this thread, reduced in place
+ * across all ranks with op (the scratch buffers hold them). */
+static int reduce_array(struct bench_thread *t, double *v, size_t n, ncclRedOp_t op) {
+  for (int i = 0; i < t->nlocal; i++) {
+    t->bufs[i] = t->ranks[i].scratch;
+    if (t->mem->upload(t->bufs[i], v, n * sizeof(double), t->ranks[i].stream) != 0)
+      return BENCH_EXIT_ERROR;
+  }
+  if (bench_nccl_allreduce(t, t->bufs, n, ncclFloat64, op) != 0 ||
+      t->mem->download(v, t->bufs[0], n * sizeof(double), t->ranks[0].stream) != 0)
+    return BENCH_EXIT_ERROR;
+  return 0;
+}
+
 /* The same v from every rank of this thread. */
 static int reduce_same(struct bench_thread *t, double v, ncclRedOp_t op, double *out) {
   for (int i = 0; i < t->nlocal; i++) t->vals[i] = v;
@@ -91,63 +105,156 @@ static int check_run(struct bench_thread *t, const struct bench_case *c, int in_
 
 /* ---- Timing ---------------------------------------------------------------- */
 
+/* The -n iterations one by one, as -z and -I ask; *sec_out: the time they
+ * took to complete, *cpu_out: to be issued (-C); -z 3 counts only the time
+ * to completion of each iteration, not its barrier. */
+static int time_plain(struct bench_thread *t, const struct bench_case *c, int in_place,
+                      double *sec_out, double *cpu_out) {
+  const struct bench_args *a = t->args;
+  const int wait_each = a->blocking || a->per_iter;
+  double start = bench_now(), timed = 0;
+
+  for (int it = 0; it < a->iters; it++) {
+    double t0 = bench_now(), t1;
+    if (bench_nccl_iteration(t, c, in_place, a->agg_iters) != 0) return BENCH_EXIT_ERROR;
+    if (wait_each && bench_nccl_wait(t) != 0) return BENCH_EXIT_ERROR;
+    t1 = bench_now();
+    timed += t1 - t0;
+    if (a->per_iter) t->iter_sec[it] = (t1 - t0) / a->agg_iters;
+    if ((a->blocking == 1 || a->blocking == 3) && barrier(t) != 0) return BENCH_EXIT_ERROR;
+  }
+  *cpu_out = a->blocking == 3 ? timed : bench_now() - start;
+  if (bench_nccl_wait(t) != 0) return BENCH_EXIT_ERROR;
+  *sec_out = a->blocking == 3 ? timed : bench_now() - start;
+  return 0;
+}
+
+/* -G on GPU ranks, as nccl-tests: the -n iterations captured once into a
+ * CUDA graph per rank, the graphs launched -G times; times are per launch. */
+static int time_graph(struct bench_thread *t, const struct bench_case *c, int in_place,
+                      double *sec_out, double *cpu_out) {
+  const struct bench_args *a = t->args;
+  int rc = 0, captured = 0;
+  double start;
+
+  for (; captured < t->nlocal; captured++)
+    if (t->mem->graph_begin(t->ranks[captured].stream) != 0) break;
+  for (int it = 0; it < a->iters && captured == t->nlocal && rc == 0; it++)
+    rc = bench_nccl_iteration(t, c, in_place, a->agg_iters);
+  for (int i = 0; i < captured; i++)
+    if (t->mem->graph_end(t->ranks[i].stream, &t->ranks[i].graph) != 0) rc = BENCH_EXIT_ERROR;
+  if (captured < t->nlocal || rc != 0 || barrier(t) != 0) rc = BENCH_EXIT_ERROR;
+  start = bench_now();
+  for (int l = 0; l < a->cudagraph && rc == 0; l++)
+    for (int i = 0; i < t->nlocal && rc == 0; i++)
+      rc = t->mem->graph_launch(t->ranks[i].graph, t->ranks[i].stream);
+  *cpu_out = (bench_now() - start) / a->cudagraph;
+  if (rc == 0 && bench_nccl_wait(t) != 0) rc = BENCH_EXIT_ERROR;
+  *sec_out = (bench_now() - start) / a->cudagraph;
+  for (int i = 0; i < t->nlocal; i++) {
+    if (t->ranks[i].graph) t->mem->graph_free(t->ranks[i].graph);
+    t->ranks[i].graph = NULL;
+  }
+  return rc;
+}
+
+/* -I: each iteration's slowest rank, then min, max, p99 and cv%. */
+static int per_iter_stats(struct bench_thread *t, struct bench_iter_stats *out) {
+  const struct bench_args *a = t->args;
+
+  if (reduce_array(t, t->iter_sec, (size_t)a->iters, ncclMax) != 0) return BENCH_EXIT_ERROR;
+  bench_iter_stats(t->iter_sec, a->iters, a->per_iter_skip, out);
+  return 0;
+}
+
 static int bench_time(struct bench_thread *t, const struct bench_case *c, int in_place,
                       struct bench_result *res) {
   const struct bench_args *a = t->args;
-  double sec, start;
+  const int graph = a->cudagraph > 0 && t->mem->graph_begin;
+  double sec, cpu;
 
   if (barrier(t) != 0) return BENCH_EXIT_ERROR;
-  start = bench_now();
-  for (int it = 0; it < a->iters; it++) {
-    if (bench_nccl_iteration(t, c, in_place, a->agg_iters) != 0) return BENCH_EXIT_ERROR;
-    /* -z, as nccl-tests: complete each call, then a barrier. */
-    if (a->blocking && (bench_nccl_wait(t) != 0 || barrier(t) != 0)) return BENCH_EXIT_ERROR;
-  }
-  if (bench_nccl_wait(t) != 0) return BENCH_EXIT_ERROR;
-  sec = (bench_now() - start) / ((double)a->iters * a->agg_iters);
-  if (reduce_time(t, &sec) != 0) return BENCH_EXIT_ERROR;
-  res->time_us = sec * 1e6;
+  if ((graph ? time_graph : time_plain)(t, c, in_place, &sec, &cpu) != 0) return BENCH_EXIT_ERROR;
+  sec /= (double)a->iters * a->agg_iters;
+  cpu /= (double)a->iters * a->agg_iters;
+  if (reduce_time(t, &sec) != 0 || reduce_time(t, &cpu) != 0) return BENCH_EXIT_ERROR;
+  res->time_us = (a->report_cputime ? cpu : sec) * 1e6;
   bench_case_bw(c, sec, &res->algbw, &res->busbw);
-  res->wrong = -1;
-  if (a->check && check_run(t, c, in_place, &res->wrong) != 0) return BENCH_EXIT_ERROR;
+  if (a->per_iter && per_iter_stats(t, &res->iter) != 0) return BENCH_EXIT_ERROR;
+  res->wrong = a->check ? 0 : -1;
+  /* -c N: N checked runs on fresh data, stopping at the first wrong one. */
+  for (int k = 0; k < a->check && res->wrong == 0; k++)
+    if (check_run(t, c, in_place, &res->wrong) != 0) return BENCH_EXIT_ERROR;
   return 0;
 }
 
-static int warmup(struct bench_thread *t, struct bench_case *c, size_t bytes) {
-  bench_case_size(c, bytes);
-  for (int it = 0; it < t->args->warmup; it++)
-    if (bench_nccl_iteration(t, c, 0, 1) != 0) return BENCH_EXIT_ERROR;
-  return bench_nccl_wait(t) != 0 ? BENCH_EXIT_ERROR : 0;
+/* Every size from -b to -e, doubling, as nccl-tests warms up. */
+static int warmup(struct bench_thread *t, struct bench_case *c) {
+  const struct bench_args *a = t->args;
+
+  for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes = bytes ? 2 * bytes : 1) {
+    bench_case_size(c, bytes);
+    for (int it = 0; it < a->warmup; it++)
+      if (bench_nccl_iteration(t, c, 0, 1) != 0) return BENCH_EXIT_ERROR;
+    if (bench_nccl_wait(t) != 0) return BENCH_EXIT_ERROR;
+    if (bytes > a->max_bytes / 2) break;
+  }
+  return 0;
 }
 
-/* Every size for one type and operator. */
-static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op) {
+/* -u: moves every rank's buffers unalign elements of type on (or back). */
+static void shift_buffers(struct bench_thread *t, ncclDataType_t type, int on) {
+  const size_t shift = on ? (size_t)t->args->unalign * bench_types[type].size : 0;
+
+  for (int i = 0; i < t->nlocal; i++) {
+    t->ranks[i].send = (char *)t->ranks[i].base[0] + shift;
+    t->ranks[i].recv = (char *)t->ranks[i].base[1] + shift;
+  }
+}
+
+/* Every size for one type, operator and root, -N times (0: until
+ * stopped). */
+static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op, int root) {
   const struct bench_args *a = t->args;
   struct bench_case c = {
-      .coll = a->coll, .type = type, .op = op, .root = a->root, .nranks = t->nranks};
+      .coll = a->coll, .type = type, .op = op, .root = root, .nranks = t->nranks};
+  long cycles = a->run_cycles;
+  int rc = 0;
 
-  if (warmup(t, &c, a->max_bytes) != 0 || warmup(t, &c, a->min_bytes) != 0) return BENCH_EXIT_ERROR;
-  for (size_t bytes = a->min_bytes; bytes <= a->max_bytes; bytes = bench_args_next_size(a, bytes)) {
-    struct bench_result res[2];
-    bench_case_size(&c, bytes);
-    for (int ip = 0; ip < 2; ip++)
-      if (bench_time(t, &c, ip, &res[ip]) != 0) return BENCH_EXIT_ERROR;
-    if (t->printer) bench_report_row(&t->report, &c, res);
-  }
-  return 0;
+  shift_buffers(t, type, 1);
+  if ((int)op == BENCH_OP_MULSUM && bench_nccl_mulsum_create(t, type) != 0) rc = BENCH_EXIT_ERROR;
+  if (rc == 0 && warmup(t, &c) != 0) rc = BENCH_EXIT_ERROR;
+  do {
+    for (size_t bytes = a->min_bytes; bytes <= a->max_bytes && rc == 0;
+         bytes = bench_args_next_size(a, bytes)) {
+      struct bench_result res[2];
+      bench_case_size(&c, bytes);
+      for (int ip = 0; ip < 2 && rc == 0; ip++) rc = bench_time(t, &c, ip, &res[ip]);
+      if (rc == 0 && t->printer) bench_report_row(&t->report, &c, res);
+    }
+  } while (rc == 0 && --cycles != 0);
+  if ((int)op == BENCH_OP_MULSUM) bench_nccl_mulsum_destroy(t);
+  shift_buffers(t, type, 0);
+  return rc;
 }
 
 /* ---- Setup ------------------------------------------------------------------ */
 
 static int alloc_buffers(struct bench_thread *t) {
   const size_t info_bytes = (size_t)t->nranks * sizeof(struct bench_rank_info);
-  const size_t host_bytes = t->buf_bytes > info_bytes ? t->buf_bytes : info_bytes;
+  const size_t iter_bytes = (size_t)t->args->iters * sizeof(double);
+  const size_t scratch = info_bytes > iter_bytes ? info_bytes : iter_bytes;
+  const size_t host_bytes = t->buf_bytes > scratch ? t->buf_bytes : scratch;
 
+  t->iter_sec = calloc((size_t)t->args->iters, sizeof(double));
+  if (!t->iter_sec) return BENCH_EXIT_ERROR;
   for (int i = 0; i < t->nlocal; i++) {
     struct bench_rank *r = &t->ranks[i];
-    if (t->mem->bind(r->local_index) != 0 || t->mem->alloc(&r->send, t->buf_bytes) != 0 ||
-        t->mem->alloc(&r->recv, t->buf_bytes) != 0 || t->mem->alloc(&r->scratch, info_bytes) != 0)
+    if (t->mem->bind(r->local_index) != 0 || t->mem->alloc(&r->base[0], t->buf_bytes) != 0 ||
+        t->mem->alloc(&r->base[1], t->buf_bytes) != 0 || t->mem->alloc(&r->scratch, scratch) != 0)
       return BENCH_EXIT_ERROR;
+    r->send = r->base[0];
+    r->recv = r->base[1];
     r->host = malloc(host_bytes);
     if (!r->host) {
       fprintf(stderr, "weft-bench: out of host memory\n");
@@ -160,11 +267,12 @@ static int alloc_buffers(struct bench_thread *t) {
 static void free_buffers(struct bench_thread *t) {
   for (int i = 0; i < t->nlocal; i++) {
     struct bench_rank *r = &t->ranks[i];
-    if (r->send) t->mem->release(r->send);
-    if (r->recv) t->mem->release(r->recv);
+    if (r->base[0]) t->mem->release(r->base[0]);
+    if (r->base[1]) t->mem->release(r->base[1]);
     if (r->scratch) t->mem->release(r->scratch);
     free(r->host);
   }
+  free(t->iter_sec);
 }
 
 /* Every rank writes its line into its own slot of a zeroed table; a sum
@@ -198,11 +306,16 @@ static int run_all(struct bench_thread *t) {
   const int t0 = a->dtype < 0 ? 0 : a->dtype;
   const int t1 = a->dtype < 0 ? ncclNumTypes : a->dtype + 1;
   const int o0 = !has_op ? ncclSum : a->op < 0 ? 0 : a->op;
-  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? ncclNumOps : a->op + 1;
+  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? BENCH_NOPS : a->op + 1;
+  /* -r -1: every rank is the root in turn, as nccl-tests. */
+  const int every_root = bench_colls[a->coll].has_root && a->root < 0;
+  const int r0 = every_root ? 0 : a->root;
+  const int r1 = every_root ? t->nranks : r0 + 1;
 
   for (int type = t0; type < t1; type++)
     for (int op = o0; op < o1; op++)
-      if (sweep(t, (ncclDataType_t)type, (ncclRedOp_t)op) != 0) return BENCH_EXIT_ERROR;
+      for (int root = r0; root < r1; root++)
+        if (sweep(t, (ncclDataType_t)type, (ncclRedOp_t)op, root) != 0) return BENCH_EXIT_ERROR;
   return 0;
 }
 
@@ -210,6 +323,8 @@ static int run_all(struct bench_thread *t) {
 static int create_streams(struct bench_thread *t) {
   for (int i = 0; i < t->nlocal; i++) {
     struct bench_rank *r = &t->ranks[i];
+    /* -y 1: the default stream, as nccl-tests' stream_null. */
+    if (t->args->stream_null) continue;
     if (t->mem->bind(r->local_index) != 0 || t->mem->stream_create(&r->stream) != 0)
       return BENCH_EXIT_ERROR;
   }
@@ -233,23 +348,44 @@ static void measure_roofline(struct bench_thread *t) {
   }
 }
 
+/* -M: bytes in use on the printer's device (host ranks: this process's
+ * resident memory) at step 0 (after init), 1 (after buffers), 2 (end). */
+static void memory_mark(struct bench_thread *t, int step) {
+  double bytes = 0;
+
+  if (!t->printer || !t->args->memory_report || !t->mem->mem_used) return;
+  if (t->mem->mem_used(t->ranks[0].local_index, &bytes) == 0) t->report.mem_used[step] = bytes;
+}
+
+/* Creates what the ranks need, runs every row, then the footers. */
+static int run_thread(struct bench_thread *t) {
+  /* -p 0 with several threads: proc_run made the communicators already. */
+  if (create_streams(t) != 0 || (!t->ranks[0].comm && bench_nccl_init(t) != 0)) return t->rc;
+  memory_mark(t, 0);
+  if (alloc_buffers(t) != 0 || bench_nccl_register(t) != 0) return t->rc;
+  memory_mark(t, 1);
+  if (t->printer) bench_report_header(&t->report);
+  if (gather_info(t) != 0) return t->rc;
+  if (t->printer) bench_report_columns(&t->report);
+  t->rc = run_all(t);
+  memory_mark(t, 2);
+  return t->rc;
+}
+
 int bench_thread_run(struct bench_thread *t) {
   t->rc = BENCH_EXIT_ERROR;
   if (t->printer) t->report.buffers = t->mem->header;
   measure_roofline(t);
-  if (create_streams(t) == 0 && bench_nccl_init(t) == 0 && alloc_buffers(t) == 0) {
-    if (t->printer) bench_report_header(&t->report);
-    if (gather_info(t) == 0) {
-      if (t->printer) bench_report_columns(&t->report);
-      t->rc = run_all(t);
-    }
-  }
+  bench_watchdog_start(t->args);
+  run_thread(t);
+  bench_watchdog_stop(t->args);
   if (t->printer && t->rc == 0) bench_report_close(&t->report);
   /* A plot that cannot be drawn fails the run, after the table is out. */
   if (t->printer && t->rc == 0 && t->args->plot_path &&
       bench_plot_write(&t->report, t->args->plot_path) != 0)
     t->rc = BENCH_EXIT_ERROR;
   if (t->rc == 0 && t->wrong > 0) t->rc = BENCH_EXIT_WRONG;
+  bench_nccl_deregister(t);
   free_buffers(t);
   bench_nccl_fini(t);
   destroy_streams(t);

@@ -12,6 +12,7 @@
  * treats them as host ranks too, as the bench does. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "bench_weft.h"
@@ -66,6 +67,20 @@ static void host_describe(int local_index, struct bench_rank_info *info) {
   snprintf(info->devname, sizeof(info->devname), "host");
 }
 
+/* -M on host ranks: this process's resident memory. */
+static int host_mem_used(int local_index, double *bytes_out) {
+  long pages = 0, resident = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+
+  (void)local_index;
+  if (!f) return -1;
+  if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = -1;
+  fclose(f);
+  if (resident < 0) return -1;
+  *bytes_out = (double)resident * (double)sysconf(_SC_PAGESIZE);
+  return 0;
+}
+
 const struct bench_mem_ops bench_mem_host = {
     .name = "host",
     .header = NULL,
@@ -79,6 +94,7 @@ const struct bench_mem_ops bench_mem_host = {
     .sync = host_sync,
     .describe = host_describe,
     .copy_bw = NULL,
+    .mem_used = host_mem_used,
 };
 
 static int env_says_cpu(void) {

@@ -161,6 +161,41 @@ static int cuda_copy_bw(int local_index, size_t max_bytes, struct bench_copy_bw 
   return 0;
 }
 
+static int cuda_mem_used(int local_index, double *bytes_out) {
+  size_t free_bytes = 0, total = 0;
+
+  if (cuda_bind(local_index) != 0 ||
+      cuda_check(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo (-M)"))
+    return -1;
+  *bytes_out = (double)(total - free_bytes);
+  return 0;
+}
+
+/* Thread-local capture: other threads' ranks capture at the same time. */
+static int cuda_graph_begin(cudaStream_t stream) {
+  return cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                    "cudaStreamBeginCapture (-G)");
+}
+
+static int cuda_graph_end(cudaStream_t stream, void **graph_out) {
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  int rc = cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture (-G)");
+
+  if (rc == 0) rc = cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate (-G)");
+  if (graph) cudaGraphDestroy(graph);
+  *graph_out = rc == 0 ? (void *)exec : NULL;
+  return rc;
+}
+
+static int cuda_graph_launch(void *graph, cudaStream_t stream) {
+  return cuda_check(cudaGraphLaunch((cudaGraphExec_t)graph, stream), "cudaGraphLaunch (-G)");
+}
+
+static void cuda_graph_free(void *graph) {
+  cudaGraphExecDestroy((cudaGraphExec_t)graph);
+}
+
 const struct bench_mem_ops bench_mem_cuda = {
     .name = "cuda",
     .header =
@@ -176,6 +211,11 @@ const struct bench_mem_ops bench_mem_cuda = {
     .sync = cuda_sync,
     .describe = cuda_describe,
     .copy_bw = cuda_copy_bw,
+    .mem_used = cuda_mem_used,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_free = cuda_graph_free,
 };
 
 /* ---- Is there a device? ----------------------------------------------------

@@ -19,6 +19,19 @@
 /* python3's exit status when it cannot import matplotlib. */
 #define PLOT_NO_MATPLOTLIB 3
 
+/* Series k gets color k and marker k (cycling separately, so pairs stay
+ * distinct past either list); out-of-place is a solid line with filled
+ * markers, in-place a dashed one with open markers of the same shape and
+ * color. Colors: Okabe and Ito's palette, told apart in color blindness. */
+static const char *const plot_colors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                          "#E69F00", "#56B4E9", "#000000", "#999999"};
+#define PLOT_NCOLORS (sizeof(plot_colors) / sizeof(plot_colors[0]))
+/* gnuplot's filled point types; the open shape is one less. */
+static const int plot_gnuplot_points[] = {7, 5, 9, 11, 13, 15};
+#define PLOT_NMARKERS (sizeof(plot_gnuplot_points) / sizeof(plot_gnuplot_points[0]))
+/* The same shapes in matplotlib. */
+static const char plot_mpl_markers[PLOT_NMARKERS + 1] = "os^vDp";
+
 /* A series is one (collective, type, operator) and one placement. */
 struct plot_series {
   int coll, type, op;
@@ -109,6 +122,9 @@ static void write_xtics(FILE *f, const struct bench_report *r) {
     hi = b > hi ? b : hi;
   }
   if (hi == 0) return;
+  /* One size (nccl-tests' default sweep): an octave either side, rather
+   * than gnuplot's "empty x range" warning. */
+  if (lo == hi) fprintf(f, "set xrange [%zu:%zu]\n", lo / 2 ? lo / 2 : 1, 2 * hi);
   while (e0 < 62 && ((size_t)1 << (e0 + 1)) <= lo) e0++;
   while (e1 < 62 && ((size_t)1 << e1) < hi) e1++;
   step = (e1 - e0) / 12 + 1;
@@ -142,7 +158,7 @@ static void write_gnuplot(FILE *f, const struct bench_report *r, const struct pl
       "set grid\n",
       f);
   /* More than a few lines would hide the data under the key. */
-  fprintf(f, "set key %s noenhanced\n", ns > 2 ? "outside right top" : "top left");
+  fprintf(f, "set key %s Left reverse noenhanced\n", ns > 2 ? "outside right top" : "top left");
   write_xtics(f, r);
   fputs("plot ", f);
   for (size_t k = 0; k < ns; k++)
@@ -150,7 +166,11 @@ static void write_gnuplot(FILE *f, const struct bench_report *r, const struct pl
       plot_title(&s[k], ns > 1, ip, title, sizeof(title));
       fprintf(f, "%s", k + ip ? ", \\\n     " : "");
       put_quoted(f, data);
-      fprintf(f, " index %zu using 1:2 with linespoints pointsize 0.6 title ", 2 * k + ip);
+      fprintf(f,
+              " index %zu using 1:2 with linespoints linewidth 2 dashtype %d linecolor rgb "
+              "\"%s\" pointtype %d pointsize 1.3 title ",
+              2 * k + ip, ip ? 2 : 1, plot_colors[k % PLOT_NCOLORS],
+              plot_gnuplot_points[k % PLOT_NMARKERS] - ip);
       put_quoted(f, title);
     }
   if (r->copy.bytes) {
@@ -191,10 +211,21 @@ static void write_python(FILE *f, const struct bench_report *r, const char *data
       "            return '%g%s' % (x, unit)\n"
       "        x /= 1024.0\n"
       "    return '%gPiB' % x\n"
-      "fig, ax = plt.subplots(figsize=(11, 6.5))\n"
-      "for title, xs, ys in series:\n"
-      "    ax.plot(xs, ys, marker='o', markersize=3, label=title)\n",
+      "fig, ax = plt.subplots(figsize=(11, 6.5))\n",
       f);
+  /* The same styles as gnuplot's: color and marker by series, in-place
+   * dashed with open markers (the data file has them in pairs). */
+  fputs("colors = [", f);
+  for (size_t i = 0; i < PLOT_NCOLORS; i++) fprintf(f, "%s'%s'", i ? ", " : "", plot_colors[i]);
+  fprintf(f,
+          "]\nmarkers = '%s'\n"
+          "for j, (title, xs, ys) in enumerate(series):\n"
+          "    k, ip = divmod(j, 2)\n"
+          "    c = colors[k %% len(colors)]\n"
+          "    ax.plot(xs, ys, color=c, linewidth=2, linestyle='--' if ip else '-',\n"
+          "            marker=markers[k %% len(markers)], markersize=7,\n"
+          "            markerfacecolor='none' if ip else c, label=title)\n",
+          plot_mpl_markers);
   if (r->copy.bytes)
     fprintf(f,
             "ax.axhline(%.6g, color='#555555', linestyle='--',\n"

@@ -18,7 +18,11 @@ const struct bench_type bench_types[ncclNumTypes] = {
     {"f8e4m3", ncclFloat8e4m3, 1, 1, 1, 3}, {"f8e5m2", ncclFloat8e5m2, 1, 1, 1, 2},
 };
 
-const char *const bench_op_names[ncclNumOps] = {"sum", "prod", "max", "min", "avg"};
+const char *const bench_op_names[BENCH_NOPS] = {"sum", "prod", "max", "min", "avg", "mulsum"};
+
+double bench_mulsum_scalar(int rank) {
+  return rank % 2 ? 2.0 : 1.0;
+}
 
 /* Other spellings users type for the same types. */
 static const struct {
@@ -41,7 +45,7 @@ int bench_type_find(const char *name) {
 }
 
 int bench_op_find(const char *name) {
-  for (int op = 0; op < ncclNumOps; op++)
+  for (int op = 0; op < BENCH_NOPS; op++)
     if (strcmp(name, bench_op_names[op]) == 0) return op;
   return -1;
 }

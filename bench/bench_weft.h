@@ -48,6 +48,14 @@ struct bench_mem_ops {
   /* Measures local_index's device-to-device copy bandwidth with copies of
    * up to max_bytes; NULL where there is no device. */
   int (*copy_bw)(int local_index, size_t max_bytes, struct bench_copy_bw *out);
+  /* -M: bytes in use on local_index's device (host: resident memory). */
+  int (*mem_used)(int local_index, double *bytes_out);
+  /* -G: capture what is issued on stream into a graph, then launch it;
+   * NULL where there are no CUDA graphs (host ranks). */
+  int (*graph_begin)(cudaStream_t stream);
+  int (*graph_end)(cudaStream_t stream, void **graph_out);
+  int (*graph_launch)(void *graph, cudaStream_t stream);
+  void (*graph_free)(void *graph);
 };
 
 extern const struct bench_mem_ops bench_mem_host;
@@ -78,6 +86,11 @@ struct bench_rank {
   void *recv;
   void *scratch;       /* one double, for timings and error counts */
   unsigned char *host; /* host image for filling and checking */
+  void *reg[2];        /* -R 1: send and recv registrations */
+  ncclWindow_t win[2]; /* -R 2: their windows */
+  void *base[2];       /* send and recv before -u shifted them */
+  void *graph;         /* -G: the captured iterations */
+  ncclRedOp_t mulsum;  /* -o mulsum: this rank's PreMulSum for the sweep's type */
 };
 
 struct bench_thread {
@@ -89,9 +102,10 @@ struct bench_thread {
   int printer; /* holds rank 0: prints the report */
   size_t buf_bytes;
   struct bench_rank *ranks;
-  void **bufs;  /* nlocal pointers, for gathering across ranks */
-  double *vals; /* nlocal values, likewise */
-  double wrong; /* wrong elements seen, summed over all ranks */
+  void **bufs;      /* nlocal pointers, for gathering across ranks */
+  double *vals;     /* nlocal values, likewise */
+  double *iter_sec; /* -I: each iteration's time (-n of them) */
+  double wrong;     /* wrong elements seen, summed over all ranks */
   struct bench_report report;
   const char *library;
   int rc; /* enum bench_exit */
@@ -105,7 +119,16 @@ int bench_thread_run(struct bench_thread *t);
 /* Prints which rank's which call failed and why; returns BENCH_EXIT_ERROR. */
 int bench_nccl_fail(const struct bench_rank *r, const char *call, ncclResult_t res);
 int bench_nccl_init(struct bench_thread *t);
+/* -p 0: the communicators of all n threads of this process, from one. */
+int bench_nccl_init_all(struct bench_thread *threads, int n);
+/* -R: registers (deregisters) every rank's send and recv buffers. */
+int bench_nccl_register(struct bench_thread *t);
+void bench_nccl_deregister(struct bench_thread *t);
 void bench_nccl_fini(struct bench_thread *t);
+/* -o mulsum: makes (frees) each rank's PreMulSum for type, with the
+ * rank's scalar (bench_mulsum_scalar). */
+int bench_nccl_mulsum_create(struct bench_thread *t, ncclDataType_t type);
+void bench_nccl_mulsum_destroy(struct bench_thread *t);
 /* One iteration: c on every rank of t, agg_iters times, in one group. */
 int bench_nccl_iteration(struct bench_thread *t, const struct bench_case *c, int in_place,
                          int agg_iters);
@@ -113,6 +136,14 @@ int bench_nccl_iteration(struct bench_thread *t, const struct bench_case *c, int
  * then waits for them. */
 int bench_nccl_allreduce(struct bench_thread *t, void *const *bufs, size_t count,
                          ncclDataType_t type, ncclRedOp_t op);
+/* -T: from here on, a call or wait that keeps this process waiting longer
+ * than -T seconds ends it with a message (bench_nccl.c re-arms it after
+ * each). Nothing without -T. */
+void bench_watchdog_start(const struct bench_args *a);
+void bench_watchdog_kick(const struct bench_args *a);
+/* Disarms it: the run is over (drawing the plot may take its time). */
+void bench_watchdog_stop(const struct bench_args *a);
+
 /* Waits for every rank's stream, then asks each communicator for an
  * asynchronous error (a GPU rank's kernel that timed out ends, and says so
  * only there). */

@@ -125,3 +125,47 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop)
   *ms = (float)((*(double *)(void *)stop - *(double *)(void *)start) * 1e3);
   return cudaSuccess;
 }
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+  *free_bytes = FAKE_DEVICE_LIMIT;
+  *total = FAKE_DEVICE_LIMIT;
+  return cudaSuccess;
+}
+
+/* No graphs: the library runs these ranks on its host engine, which
+ * completes each call at once and so has nothing a graph could replay. */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  (void)stream;
+  (void)mode;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+  (void)stream;
+  *graph = NULL;
+  return cudaErrorStreamCaptureUnsupported;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
+                                 unsigned long long flags) {
+  (void)graph;
+  (void)flags;
+  *exec = NULL;
+  return cudaErrorNotSupported;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  (void)exec;
+  (void)stream;
+  return cudaErrorNotSupported;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  (void)exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  (void)graph;
+  return cudaSuccess;
+}

@@ -7,7 +7,8 @@
  * Sizes, counts, bandwidth formulas, inputs and checks come from the same
  * code weft-bench uses (bench_coll.c, bench_check.c). MPI has no 16- or
  * 8-bit floats and no average operator; asking for them is an error, and
- * "-d all" / "-o all" skip them. In-place runs use MPI_IN_PLACE, whose
+ * "-d all" / "-o all" skip them. Gather, scatter and hypercube have no
+ * reference here: asking for them is an error. In-place runs use MPI_IN_PLACE, whose
  * layout matches nccl-tests' except for Reduce_scatter_block, which leaves
  * its block at the start of the buffer. */
 #include <limits.h>
@@ -134,10 +135,10 @@ static void mpi_time(struct mpi_bench *b, const struct bench_case *c, int in_pla
   if (res->wrong > 0) b->wrong += res->wrong;
 }
 
-static void mpi_sweep(struct mpi_bench *b, ncclDataType_t type, ncclRedOp_t op) {
+static void mpi_sweep(struct mpi_bench *b, ncclDataType_t type, ncclRedOp_t op, int root) {
   const struct bench_args *a = b->args;
   struct bench_case c = {
-      .coll = a->coll, .type = type, .op = op, .root = a->root, .nranks = b->nranks};
+      .coll = a->coll, .type = type, .op = op, .root = root, .nranks = b->nranks};
   const size_t warm[2] = {a->max_bytes, a->min_bytes};
 
   for (int w = 0; w < 2; w++) {
@@ -160,7 +161,7 @@ static int mpi_run_all(struct mpi_bench *b) {
   const int t0 = a->dtype < 0 ? 0 : a->dtype;
   const int t1 = a->dtype < 0 ? ncclNumTypes : a->dtype + 1;
   const int o0 = !has_op ? ncclSum : a->op < 0 ? 0 : a->op;
-  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? ncclNumOps : a->op + 1;
+  const int o1 = !has_op ? ncclSum + 1 : a->op < 0 ? BENCH_NOPS : a->op + 1;
 
   if (a->dtype >= 0 && mpi_type((ncclDataType_t)a->dtype) == MPI_DATATYPE_NULL) {
     fprintf(stderr, "weft-mpi-ref: MPI has no type for %s\n", bench_types[a->dtype].name);
@@ -170,11 +171,16 @@ static int mpi_run_all(struct mpi_bench *b) {
     fprintf(stderr, "weft-mpi-ref: MPI has no %s operator\n", bench_op_names[a->op]);
     return -1;
   }
+  /* -r -1: every rank is the root in turn. */
+  const int r0 = bench_colls[a->coll].has_root && a->root < 0 ? 0 : a->root;
+  const int r1 = bench_colls[a->coll].has_root && a->root < 0 ? b->nranks : r0 + 1;
+
   for (int t = t0; t < t1; t++)
     for (int op = o0; op < o1; op++)
-      if (mpi_type((ncclDataType_t)t) != MPI_DATATYPE_NULL &&
-          (!has_op || mpi_op((ncclRedOp_t)op) != MPI_OP_NULL))
-        mpi_sweep(b, (ncclDataType_t)t, (ncclRedOp_t)op);
+      for (int root = r0; root < r1; root++)
+        if (mpi_type((ncclDataType_t)t) != MPI_DATATYPE_NULL &&
+            (!has_op || mpi_op((ncclRedOp_t)op) != MPI_OP_NULL))
+          mpi_sweep(b, (ncclDataType_t)t, (ncclRedOp_t)op, root);
   return 0;
 }
 
@@ -242,6 +248,11 @@ int main(int argc, char **argv) {
   }
   if (a.max_bytes > (size_t)INT_MAX) {
     fprintf(stderr, "weft-mpi-ref: -e above %d bytes: MPI counts are int\n", INT_MAX);
+    return 2;
+  }
+  if (!mpi_fn[a.coll]) {
+    fprintf(stderr, "weft-mpi-ref: %s has no MPI reference here (weft-bench runs it)\n",
+            bench_colls[a.coll].name);
     return 2;
   }
   MPI_Init(&argc, &argv);

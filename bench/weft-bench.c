@@ -1,9 +1,9 @@
 /* weft-bench: bus bandwidth of one collective over a sweep of sizes, in
  * nccl-tests' table format.
  *
- *   weft-bench [COLLECTIVE] [-b 8] [-e 32M] [-f 2] [-n 20] [-w 5] [-c 1]
- *              [-o sum] [-d float] [-np 2] [-t 1] [-g 1] [--json FILE]
- *              [--plot FILE.png] [--cpu | --gpu]
+ *   weft-bench [COLLECTIVE] [nccl-tests' flags: -b 32M -e 32M -f 1 -n 20
+ *              -w 1 -c 1 -o sum -d float -t 1 -g 1 ...] [-np 2]
+ *              [--json FILE] [--plot FILE.png] [--cpu | --gpu]
  *
  * Ranks = processes (-np, or mpirun's) x threads (-t) x ranks per thread
  * (-g). Each process runs its threads here; each thread runs
@@ -55,8 +55,9 @@ static int thread_setup(struct bench_thread *t, const struct bench_args *a, cons
   t->nranks = nprocs * per_proc;
   t->nlocal = a->ngpus;
   t->printer = proc == 0 && k == 0;
-  /* Room for the largest size, whole cache lines for the in-place shifts. */
-  t->buf_bytes = (a->max_bytes + 63) & ~(size_t)63;
+  /* Room for the largest size, -u's shift (up to 8-byte elements), whole
+   * cache lines for the in-place shifts. */
+  t->buf_bytes = (a->max_bytes + 8 * (size_t)a->unalign + 63) & ~(size_t)63;
   t->ranks = calloc((size_t)t->nlocal, sizeof(*t->ranks));
   t->bufs = calloc((size_t)t->nlocal, sizeof(*t->bufs));
   t->vals = calloc((size_t)t->nlocal, sizeof(*t->vals));
@@ -80,7 +81,7 @@ static void thread_free(struct bench_thread *t) {
 
 /* Runs every thread; the first one in this thread, the others in new ones. */
 static int threads_run(struct bench_thread *threads, int n) {
-  pthread_t *tids = calloc((size_t)n, sizeof(*tids));
+  pthread_t *tids = n > 0 ? calloc((size_t)n, sizeof(*tids)) : NULL;
   int rc = 0, started = 1;
 
   if (!tids) return BENCH_EXIT_ERROR;
@@ -114,6 +115,11 @@ static int proc_run(const struct bench_args *a, const ncclUniqueId *id, int proc
   if (rc == 0 && threads[0].printer &&
       bench_report_open(&threads[0].report, a, "weft-bench", library, bench_colls[a->coll].nccl_fn,
                         nranks) != 0)
+    rc = BENCH_EXIT_ERROR;
+  /* -p 0 (nccl-tests' default): this thread creates every communicator of
+   * the process in one group; -p 1: each thread its own. */
+  if (rc == 0 && !a->parallel_init && a->nthreads > 1 &&
+      bench_nccl_init_all(threads, a->nthreads) != 0)
     rc = BENCH_EXIT_ERROR;
   if (rc == 0) rc = threads_run(threads, a->nthreads);
   for (int k = 0; k < a->nthreads; k++) thread_free(&threads[k]);

@@ -120,22 +120,33 @@ int weft_topo_node_cpu(const struct weft_topo *topo, int node) {
   return -1;
 }
 
-double weft_topo_pci_bw(const char *link_speed, int link_width) {
-  /* NCCL's table: 100 Mb/s per lane for each generation's transfer rate,
-   * bandwidth = width * rate / 80 GB/s. */
+/* NCCL's table: 100 Mb/s per lane for each generation's transfer rate;
+ * 0 when link_speed names none. */
+static int pci_rate(const char *link_speed) {
   static const struct {
     const char *prefix;
     int rate;
   } gens[] = {{"2.5 GT/s", 15}, {"5 GT/s", 30},   {"5.0 GT/s", 30},   {"8 GT/s", 60},
               {"8.0 GT/s", 60}, {"16 GT/s", 120}, {"16.0 GT/s", 120}, {"32 GT/s", 240},
               {"32.0 GT/s", 240}, {"64 GT/s", 480}, {"64.0 GT/s", 480}};
-  /* Unknown speed: Gen4, NCCL's default; virtual machines often report width
-   * 0, and a missing value is not a slow link: x16. */
-  int rate = 120;
+  int rate = 0;
   for (size_t i = 0; link_speed && i < sizeof(gens) / sizeof(gens[0]); i++)
     if (strncmp(link_speed, gens[i].prefix, strlen(gens[i].prefix)) == 0) rate = gens[i].rate;
+  return rate;
+}
+
+double weft_topo_pci_bw(const char *link_speed, int link_width) {
+  /* bandwidth = width * rate / 80 GB/s. Unknown speed: Gen4, NCCL's
+   * default; virtual machines often report width 0, and a missing value is
+   * not a slow link: x16. */
+  int rate = pci_rate(link_speed);
+  if (rate == 0) rate = 120;
   if (link_width <= 0) link_width = 16;
   return link_width * rate / 80.0;
+}
+
+int weft_topo_pci_bw_known(const char *link_speed, int link_width) {
+  return pci_rate(link_speed) > 0 && link_width > 0;
 }
 
 /* Sort key: the device number when known (CUDA's, or the net's), then the
@@ -198,12 +209,18 @@ ncclResult_t weft_topo_finalize(struct weft_topo *topo) {
   for (int i = 0; i < topo->nnodes; i++) {
     struct weft_topo_node *n = &topo->nodes[i];
     if (n->parent < 0 || n->up_bw > 0) continue;
-    if (n->kind == WEFT_TOPO_NIC && n->speed > 0)
+    /* Parents come first, so a NIC without a speed inherits a settled
+     * value, and whether it was known. */
+    if (n->kind == WEFT_TOPO_NIC && n->speed > 0) {
       n->up_bw = n->speed / 8000.0;
-    else if (n->kind == WEFT_TOPO_NIC)
-      n->up_bw = topo->nodes[n->parent].up_bw > 0 ? topo->nodes[n->parent].up_bw : 24.0;
-    else
+    } else if (n->kind == WEFT_TOPO_NIC) {
+      const struct weft_topo_node *up = &topo->nodes[n->parent];
+      n->up_bw = up->up_bw > 0 ? up->up_bw : 24.0;
+      n->up_bw_assumed = up->up_bw > 0 ? up->up_bw_assumed : 1;
+    } else {
       n->up_bw = weft_topo_pci_bw(n->link_speed, n->link_width);
+      n->up_bw_assumed = !weft_topo_pci_bw_known(n->link_speed, n->link_width);
+    }
   }
   WEFT_CHECK(collect_kind(topo, WEFT_TOPO_GPU, &topo->gpus, &topo->ngpus));
   WEFT_CHECK(collect_kind(topo, WEFT_TOPO_NIC, &topo->nics, &topo->nnics));

@@ -21,6 +21,8 @@ int weft_topo_busid_normalize(const char *in, char out[WEFT_TOPO_BUSID_LEN]);
 int weft_topo_find_busid(const struct weft_topo *topo, const char *busid);
 /* GB/s of a PCIe link from NCCL's link_speed text and width (24 if unknown). */
 double weft_topo_pci_bw(const char *link_speed, int link_width);
+/* 1 when link_speed and link_width say what the link is (no default). */
+int weft_topo_pci_bw_known(const char *link_speed, int link_width);
 /* After nodes are added: GPU and NIC lists, NVLink targets, link
  * bandwidths, the peer-access matrix (all unknown). Paths come after, from
  * weft_topo_compute_paths, once peer access is filled in. */

@@ -74,9 +74,12 @@ static int node_depth(const struct weft_topo *topo, int node) {
 
 /* Climbs one step from node, folding the step into the path: a PCI switch
  * passed counts, and the link's bandwidth bounds the path. */
-static int climb(const struct weft_topo *topo, int node, int *switches, double *bw) {
+static int climb(const struct weft_topo *topo, int node, int *switches,
+                 struct weft_topo_path_info *p) {
   const struct weft_topo_node *n = &topo->nodes[node];
-  if (n->up_bw > 0 && n->up_bw < *bw) *bw = n->up_bw;
+  if (n->up_bw > 0 && n->up_bw < p->bw) p->bw = n->up_bw;
+  /* One link of unknown speed leaves the bottleneck unknown. */
+  if (n->up_bw_assumed) p->bw_unknown = 1;
   int up = n->parent;
   if (up >= 0 && topo->nodes[up].kind == WEFT_TOPO_PCI) (*switches)++;
   return up;
@@ -84,14 +87,14 @@ static int climb(const struct weft_topo *topo, int node, int *switches, double *
 
 /* The path through the PCI trees between nodes a and b. */
 static struct weft_topo_path_info pci_path(const struct weft_topo *topo, int a, int b) {
-  struct weft_topo_path_info p = {WEFT_PATH_LOC, WEFT_LOC_BW, 0};
+  struct weft_topo_path_info p = {WEFT_PATH_LOC, WEFT_LOC_BW, 0, 0};
   if (a == b) return p;
   int da = node_depth(topo, a), db = node_depth(topo, b), sw = 0;
-  while (da > db) a = climb(topo, a, &sw, &p.bw), da--;
-  while (db > da) b = climb(topo, b, &sw, &p.bw), db--;
+  while (da > db) a = climb(topo, a, &sw, &p), da--;
+  while (db > da) b = climb(topo, b, &sw, &p), db--;
   while (a != b && a >= 0 && b >= 0 && topo->nodes[a].parent >= 0) {
-    a = climb(topo, a, &sw, &p.bw);
-    b = climb(topo, b, &sw, &p.bw);
+    a = climb(topo, a, &sw, &p);
+    b = climb(topo, b, &sw, &p);
   }
   if (a == b && topo->nodes[a].kind == WEFT_TOPO_PCI) {
     /* The common switch was counted from both sides. */
@@ -141,7 +144,7 @@ static struct weft_topo_path_info gpu_path(const struct weft_topo *topo, int a, 
     int links = direct > viaswitch ? direct : viaswitch;
     if (links > 0) {
       int sm = na->sm < nb->sm ? na->sm : nb->sm;
-      struct weft_topo_path_info p = {WEFT_PATH_NVL, links * nvlink_bw(sm), links};
+      struct weft_topo_path_info p = {WEFT_PATH_NVL, links * nvlink_bw(sm), links, 0};
       return p;
     }
   }

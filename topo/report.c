@@ -25,15 +25,18 @@ void weft_topo_mask_to_list(const char *mask, char *out, size_t len) {
       int on = (v >> b) & 1;
       if (on && start < 0) start = bit;
       if (!on && start >= 0) {
-        used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d", any ? "," : "", start);
-        if (bit - 1 > start) used += (size_t)snprintf(out + used, used < len ? len - used : 0, "-%d", bit - 1);
+        used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d", any ? "," : "",
+                                 start);
+        if (bit - 1 > start)
+          used += (size_t)snprintf(out + used, used < len ? len - used : 0, "-%d", bit - 1);
         any = 1;
         start = -1;
       }
     }
   }
   if (start >= 0) {
-    used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d", any ? "," : "", start);
+    used +=
+        (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d", any ? "," : "", start);
     if (bit - 1 > start) snprintf(out + used, used < len ? len - used : 0, "-%d", bit - 1);
   }
   if (out[0] == '\0') snprintf(out, len, "N/A");
@@ -60,13 +63,16 @@ static void print_rows(const struct weft_topo *t, FILE *out) {
   char c[16];
   for (int g = 0; g < t->ngpus; g++) {
     fprintf(out, "GPU%-5d", g);
-    for (int j = 0; j < t->ngpus; j++) cell(weft_topo_gpu_path(t, g, j), g == j, c, sizeof(c)), fprintf(out, "%-8s", c);
-    for (int k = 0; k < t->nnics; k++) cell(weft_topo_nic_path(t, g, k), 0, c, sizeof(c)), fprintf(out, "%-8s", c);
+    for (int j = 0; j < t->ngpus; j++)
+      cell(weft_topo_gpu_path(t, g, j), g == j, c, sizeof(c)), fprintf(out, "%-8s", c);
+    for (int k = 0; k < t->nnics; k++)
+      cell(weft_topo_nic_path(t, g, k), 0, c, sizeof(c)), fprintf(out, "%-8s", c);
     cpu_cols(t, t->gpus[g], out);
   }
   for (int k = 0; k < t->nnics; k++) {
     fprintf(out, "NIC%-5d", k);
-    for (int g = 0; g < t->ngpus; g++) cell(weft_topo_nic_path(t, g, k), 0, c, sizeof(c)), fprintf(out, "%-8s", c);
+    for (int g = 0; g < t->ngpus; g++)
+      cell(weft_topo_nic_path(t, g, k), 0, c, sizeof(c)), fprintf(out, "%-8s", c);
     for (int m = 0; m < t->nnics; m++) {
       struct weft_topo_path_info p = weft_topo_node_path(t, t->nics[k], t->nics[m]);
       cell(&p, k == m, c, sizeof(c));
@@ -77,11 +83,14 @@ static void print_rows(const struct weft_topo *t, FILE *out) {
 }
 
 static void print_legend(const struct weft_topo *t, FILE *out) {
-  fprintf(out, "\nLegend:\n\n"
+  fprintf(out,
+          "\nLegend:\n\n"
           "  X    = Self\n"
-          "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+          "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+          "(e.g., QPI/UPI)\n"
           "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
-          "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+          "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
+          "Bridge)\n"
           "  PIX  = Connection traversing at most a single PCIe bridge\n"
           "  NV#  = Connection traversing a bonded set of # NVLinks\n");
   if (t->nnics > 0) fprintf(out, "\nNIC Legend:\n\n");
@@ -89,9 +98,19 @@ static void print_legend(const struct weft_topo *t, FILE *out) {
     const struct weft_topo_node *n = &t->nodes[t->nics[k]];
     fprintf(out, "  NIC%d: %s", k, n->name);
     if (n->port > 0) fprintf(out, " port %d", n->port);
-    if (n->speed > 0) fprintf(out, " (%d Gb/s)", n->speed / 1000);
+    if (n->speed > 0)
+      fprintf(out, " (%d Gb/s)", n->speed / 1000);
+    else
+      fprintf(out, " (speed unknown)");
     fprintf(out, "\n");
   }
+}
+
+static int any_unknown(const struct weft_topo *t) {
+  for (int g = 0; g < t->ngpus; g++)
+    for (int j = 0; j < t->ngpus; j++)
+      if (weft_topo_gpu_path(t, g, j)->bw_unknown) return 1;
+  return 0;
 }
 
 /* Rings, trees, NICs, transports and bandwidths: what weft decides. */
@@ -117,7 +136,8 @@ static void print_decisions(const struct weft_topo *t, FILE *out) {
   if (t->nnics > 0 && weft_topo_nearest_nics(t, nics) == ncclSuccess) {
     fprintf(out, "Nearest NIC:");
     for (int g = 0; g < n; g++)
-      fprintf(out, " GPU%d->NIC%d(%s)", g, nics[g], weft_topo_path_name(weft_topo_nic_path(t, g, nics[g])->type));
+      fprintf(out, " GPU%d->NIC%d(%s)", g, nics[g],
+              weft_topo_path_name(weft_topo_nic_path(t, g, nics[g])->type));
     fprintf(out, "\n");
   }
   fprintf(out, "\nTransport (same host, P2P level %s%s%s), bottleneck GB/s:\n      ",
@@ -128,11 +148,19 @@ static void print_decisions(const struct weft_topo *t, FILE *out) {
     fprintf(out, "\nGPU%-3d", g);
     for (int j = 0; j < n; j++) {
       enum weft_topo_transport x = WEFT_TRANSPORT_NET;
+      const struct weft_topo_path_info *p = weft_topo_gpu_path(t, g, j);
       weft_topo_choose_transport(t, g, j, 1, &x);
-      fprintf(out, "  %s %7.1f", weft_topo_transport_name(x), weft_topo_gpu_path(t, g, j)->bw);
+      if (p->bw_unknown)
+        fprintf(out, "  %s %7s", weft_topo_transport_name(x), "unknown");
+      else
+        fprintf(out, "  %s %7.1f", weft_topo_transport_name(x), p->bw);
     }
   }
   fprintf(out, "\n");
+  if (any_unknown(t))
+    fprintf(out,
+            "(unknown: a PCIe link or NIC on the way reported no speed; weft assumes NCCL's "
+            "default, 24 GB/s, for its choices)\n");
   free(buf);
 }
 

@@ -29,7 +29,8 @@ static void json_gpus(const struct weft_topo *t, const int *nics, FILE *out) {
     const struct weft_topo_node *n = &t->nodes[t->gpus[g]];
     char list[256];
     int cpu = weft_topo_node_cpu(t, t->gpus[g]), links = 0;
-    for (int i = 0; i < t->nnvlinks; i++) links += t->nvlinks[i].from == t->gpus[g] ? t->nvlinks[i].count : 0;
+    for (int i = 0; i < t->nnvlinks; i++)
+      links += t->nvlinks[i].from == t->gpus[g] ? t->nvlinks[i].count : 0;
     weft_topo_mask_to_list(cpu >= 0 ? t->nodes[cpu].affinity : "", list, sizeof(list));
     fprintf(out, "%s\n    {\"index\": %d, \"busid\": ", g ? "," : "", g);
     json_str(out, n->busid);
@@ -49,8 +50,13 @@ static void json_nics(const struct weft_topo *t, FILE *out) {
     json_str(out, n->name);
     fprintf(out, ", \"busid\": ");
     json_str(out, n->parent >= 0 ? t->nodes[n->parent].busid : "");
-    fprintf(out, ", \"dev\": %d, \"port\": %d, \"speed_mbps\": %d, \"numa\": %d}", n->net_dev,
-            n->port, n->speed, node_numa(t, t->nics[k]));
+    fprintf(out, ", \"dev\": %d, \"port\": %d, \"speed_mbps\": ", n->net_dev, n->port);
+    /* Unknown is null, never 0: no reader should take it for a dead link. */
+    if (n->speed > 0)
+      fprintf(out, "%d", n->speed);
+    else
+      fprintf(out, "null");
+    fprintf(out, ", \"numa\": %d}", node_numa(t, t->nics[k]));
   }
   fprintf(out, "\n  ],\n");
 }
@@ -62,8 +68,11 @@ static void json_matrix(const struct weft_topo *t, int nic, int bw, FILE *out) {
   for (int g = 0; g < t->ngpus; g++) {
     fprintf(out, "%s\n      [", g ? "," : "");
     for (int j = 0; j < m; j++) {
-      const struct weft_topo_path_info *p = nic ? weft_topo_nic_path(t, g, j) : weft_topo_gpu_path(t, g, j);
-      if (bw)
+      const struct weft_topo_path_info *p =
+          nic ? weft_topo_nic_path(t, g, j) : weft_topo_gpu_path(t, g, j);
+      if (bw && p->bw_unknown)
+        fprintf(out, "%snull", j ? ", " : ""); /* a link on the way has no known speed */
+      else if (bw)
         fprintf(out, "%s%.1f", j ? ", " : "", p->bw);
       else
         fprintf(out, "%s\"%s\"", j ? ", " : "", weft_topo_path_name(p->type));
@@ -80,7 +89,8 @@ static void json_list(const char *key, const int *v, int n, int last, FILE *out)
 }
 
 static void json_transports(const struct weft_topo *t, FILE *out) {
-  fprintf(out, "  \"p2p_level\": \"%s\",\n  \"transports\": [", weft_topo_path_name(t->policy.p2p_level));
+  fprintf(out, "  \"p2p_level\": \"%s\",\n  \"transports\": [",
+          weft_topo_path_name(t->policy.p2p_level));
   for (int g = 0; g < t->ngpus; g++) {
     fprintf(out, "%s\n    [", g ? "," : "");
     for (int j = 0; j < t->ngpus; j++) {

@@ -62,6 +62,7 @@ struct weft_topo_node {
   char link_speed[24]; /* as NCCL writes it: "32.0 GT/s PCIe" */
   int link_width;
   double up_bw; /* GB/s of the link to the parent node */
+  int up_bw_assumed; /* 1: its speed is unknown; up_bw is NCCL's default */
   /* CPU */
   int numaid;
   char affinity[512];
@@ -90,6 +91,7 @@ struct weft_topo_path_info {
   enum weft_topo_path type;
   double bw;   /* bottleneck bandwidth, GB/s */
   int nvlinks; /* NVLinks carrying it (NVL only) */
+  int bw_unknown; /* 1: a link on the way reported no speed; bw assumes a default */
 };
 
 /* What the transport choice honours; read from the environment by

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nccl.h"
+
 #include "core/debug.h"
 #include "topo/measure.h"
 #include "topo/topo.h"
@@ -12,11 +14,14 @@
 #ifndef WEFT_TOPO_MEASURE
 #define WEFT_TOPO_MEASURE 0
 #endif
+#ifndef WEFT_TOPO_VERSION
+#define WEFT_TOPO_VERSION "unknown"
+#endif
 
 static void usage(FILE *out) {
   fprintf(out,
           "usage: weft-topo [--json | --dot | --measure] [--topo-file FILE] [--dump-xml FILE]\n"
-          "                 [--size BYTES] [--reps N]\n"
+          "                 [--size BYTES] [--reps N] [--version]\n"
           "  (default)        GPU/NIC matrix, CPU and NUMA affinity, rings, NICs, transports\n"
           "  --json           the same as JSON (gpus, nics, paths.gpu_gpu, paths.gpu_nic, ...)\n"
           "  --dot            the graph for Graphviz (weft-topo --dot | dot -Tsvg > topo.svg)\n"
@@ -24,6 +29,7 @@ static void usage(FILE *out) {
           "  --topo-file FILE read an NCCL topology XML instead of detecting (as NCCL_TOPO_FILE)\n"
           "  --dump-xml FILE  write what weft sees in NCCL's XML schema (as NCCL_TOPO_DUMP_FILE)\n"
           "  --size, --reps   bytes per copy (default 64M) and repetitions for --measure\n"
+          "  --version        weft's version and the NCCL version it implements\n"
           "Environment: NCCL_TOPO_FILE, NCCL_TOPO_DUMP_FILE, NCCL_P2P_LEVEL, NCCL_P2P_DISABLE,\n"
           "NCCL_SHM_DISABLE, NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH.\n");
 }
@@ -42,8 +48,9 @@ static int measure(size_t bytes, int reps) {
   return weft_topo_measure(stdout, bytes, reps);
 #else
   (void)bytes, (void)reps;
-  fprintf(stderr, "weft-topo: --measure needs CUDA, and this weft-topo was built without it "
-                  "(no CUDA toolkit or nvcc at configure time)\n");
+  fprintf(stderr,
+          "weft-topo: --measure needs CUDA, and this weft-topo was built without it "
+          "(no CUDA toolkit or nvcc at configure time)\n");
   return 2;
 #endif
 }
@@ -64,6 +71,10 @@ int main(int argc, char **argv) {
       bytes = parse_size(argv[++i]);
     } else if (!strcmp(a, "--reps") && i + 1 < argc) {
       reps = atoi(argv[++i]);
+    } else if (!strcmp(a, "--version")) {
+      printf("weft-topo %s (implements NCCL %d.%d.%d)\n", WEFT_TOPO_VERSION, NCCL_MAJOR, NCCL_MINOR,
+             NCCL_PATCH);
+      return 0;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       usage(stdout);
       return 0;
