@@ -173,7 +173,8 @@ __device__ __forceinline__ void span_loop(char *dst, const char *a, const char *
         d4[i + (size_t)u * nt] = vb[u];
       }
     }
-    for (; i < nv; i += nt) {
+    /* With U == 1 the loop above left nothing. */
+    for (; U > 1 && i < nv; i += nt) {
       uint4 vb = __ldcg(b4 + i), va = OP != OP_COPY ? a4[i] : vb;
       T *x = (T *)&vb;
       const T *y = (const T *)&va;
@@ -196,18 +197,19 @@ __device__ __forceinline__ void span_loop(char *dst, const char *a, const char *
 
 /* span_loop for one op, 4 vectors in flight (a copy holds no second
  * operand: 8), with the divide a separate instantiation rather than a
- * test inside the unrolled loop. Only avg divides, and avg sums (or
- * copies, for a POSTOP without a reduction), so prod, max and min have no
- * divide to instantiate (div is 0 for them): an unrolled divide is the
- * bulk of the code ptxas compiles (an IEEE or integer divide per element,
- * 64 per iteration for 1-byte types). */
+ * test inside the unrolled loop: an unrolled divide is the bulk of the
+ * code ptxas compiles (an IEEE or integer divide per element, 64 per
+ * iteration for 1-byte types). Only avg divides, and avg sums, so prod,
+ * max and min have no divide to instantiate (div is 0 for them). A copy
+ * divides only where one rank runs avg alone (the schedules' LOCAL copy
+ * with POSTOP when nranks is 1), so that loop is not unrolled. */
 template <typename T, int OP>
 __device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t,
                      int nt) {
   const int U = OP == OP_COPY ? 8 : 4;
   if constexpr (OP == OP_SUM || OP == OP_COPY) {
     if (div) {
-      span_loop<T, OP, U, true>(dst, a, b, bytes, div, t, nt);
+      span_loop<T, OP, OP == OP_COPY ? 1 : U, true>(dst, a, b, bytes, div, t, nt);
       return;
     }
   }
