@@ -137,17 +137,16 @@ struct elem<__nv_fp8_e4m3> : elem_fp8<__nv_fp8_e4m3, 0x7eu, false> {};
 template <>
 struct elem<__nv_fp8_e5m2> : elem_fp8<__nv_fp8_e5m2, 0x7cu, true> {};
 
-/* dst = a op b over bytes (b alone for OP_COPY), then / nranks when div.
+/* dst = a op b over bytes (b alone for OP_COPY), then / div when DIV.
  * b may be a FIFO slot: read through L2 (__ldcg), never a stale L1 line.
- * 16-byte vectors when all three pointers allow, 4 in flight per thread
- * (a copy holds no second operand: 8). */
-template <typename T, int OP>
-__device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t,
-                     int nt) {
+ * 16-byte vectors when all three pointers allow, U in flight per thread. */
+template <typename T, int OP, int U, bool DIV>
+__device__ __forceinline__ void span_loop(char *dst, const char *a, const char *b, size_t bytes,
+                                          int div, int t, int nt) {
   const size_t ne = bytes / sizeof(T);
   size_t done = 0;
   if ((((uintptr_t)dst | (uintptr_t)a | (uintptr_t)b) & 15) == 0) {
-    const int V = 16 / sizeof(T), U = OP == OP_COPY ? 8 : 4;
+    const int V = 16 / sizeof(T);
     const size_t nv = bytes / 16;
     uint4 *d4 = (uint4 *)dst;
     const uint4 *a4 = (const uint4 *)a, *b4 = (const uint4 *)b;
@@ -162,26 +161,27 @@ __device__ void span(char *dst, const char *a, const char *b, size_t bytes, int 
       }
 #pragma unroll
       for (int u = 0; u < U; u++) {
-        if (OP != OP_COPY || div) {
+        if (OP != OP_COPY || DIV) {
           T *x = (T *)&vb[u];
           const T *y = (const T *)&va[u];
 #pragma unroll
           for (int k = 0; k < V; k++) {
             T r = OP == OP_COPY ? x[k] : elem<T>::apply(OP, y[k], x[k]);
-            x[k] = div ? elem<T>::div(r, div) : r;
+            x[k] = DIV ? elem<T>::div(r, div) : r;
           }
         }
         d4[i + (size_t)u * nt] = vb[u];
       }
     }
-    for (; i < nv; i += nt) {
+    /* With U == 1 the loop above left nothing. */
+    for (; U > 1 && i < nv; i += nt) {
       uint4 vb = __ldcg(b4 + i), va = OP != OP_COPY ? a4[i] : vb;
       T *x = (T *)&vb;
       const T *y = (const T *)&va;
 #pragma unroll
       for (int k = 0; k < V; k++) {
         T r = OP == OP_COPY ? x[k] : elem<T>::apply(OP, y[k], x[k]);
-        x[k] = div ? elem<T>::div(r, div) : r;
+        x[k] = DIV ? elem<T>::div(r, div) : r;
       }
       d4[i] = vb;
     }
@@ -191,8 +191,29 @@ __device__ void span(char *dst, const char *a, const char *b, size_t bytes, int 
   const T *pa = (const T *)a, *pb = (const T *)b;
   for (size_t i = done + t; i < ne; i += nt) {
     T r = OP == OP_COPY ? pb[i] : elem<T>::apply(OP, pa[i], pb[i]);
-    d[i] = div ? elem<T>::div(r, div) : r;
+    d[i] = DIV ? elem<T>::div(r, div) : r;
   }
+}
+
+/* span_loop for one op, 4 vectors in flight (a copy holds no second
+ * operand: 8), with the divide a separate instantiation rather than a
+ * test inside the unrolled loop: an unrolled divide is the bulk of the
+ * code ptxas compiles (an IEEE or integer divide per element, 64 per
+ * iteration for 1-byte types). Only avg divides, and avg sums, so prod,
+ * max and min have no divide to instantiate (div is 0 for them). A copy
+ * divides only where one rank runs avg alone (the schedules' LOCAL copy
+ * with POSTOP when nranks is 1), so that loop is not unrolled. */
+template <typename T, int OP>
+__device__ void span(char *dst, const char *a, const char *b, size_t bytes, int div, int t,
+                     int nt) {
+  const int U = OP == OP_COPY ? 8 : 4;
+  if constexpr (OP == OP_SUM || OP == OP_COPY) {
+    if (div) {
+      span_loop<T, OP, OP == OP_COPY ? 1 : U, true>(dst, a, b, bytes, div, t, nt);
+      return;
+    }
+  }
+  span_loop<T, OP, U, false>(dst, a, b, bytes, 0, t, nt);
 }
 
 /* Byte copies (sends, copies without a divide) need no element type. */
@@ -209,9 +230,15 @@ __device__ inline void copy_bytes(char *dst, const char *src, size_t bytes, int 
   for (size_t i = t; i < bytes; i += nt) dst[i] = __ldcg(src + i);
 }
 
+/* One datatype's reduction, called rather than inlined: a kernel calls
+ * it from three places (a LOCAL copy with a divide, a receive, a POSTOP),
+ * and ptxas's time grows faster than linearly with the size of the
+ * function it allocates registers for, so twelve called functions compile
+ * many times faster than the same code inlined three times over. A call
+ * costs a few instructions per slot, against the slot's loop. */
 template <typename T>
-__device__ void span_op(int op, char *dst, const char *a, const char *b, size_t bytes, int div,
-                        int t, int nt) {
+__device__ __noinline__ void span_op(int op, char *dst, const char *a, const char *b, size_t bytes,
+                                     int div, int t, int nt) {
   switch (op) {
     case OP_SUM: span<T, OP_SUM>(dst, a, b, bytes, div, t, nt); break;
     case OP_PROD: span<T, OP_PROD>(dst, a, b, bytes, div, t, nt); break;
