@@ -340,7 +340,7 @@ static void destroy_streams(struct bench_thread *t) {
  * other rank's kernel is on the GPU yet to share its memory bandwidth. The
  * roofline is context, not the measurement asked for: without it the run
  * goes on, and the header just lacks its line. */
-static void measure_roofline(struct bench_thread *t) {
+void bench_measure_roofline(struct bench_thread *t) {
   if (!t->printer || !t->mem->copy_bw) return;
   if (t->mem->copy_bw(t->ranks[0].local_index, COPY_BW_BYTES, &t->report.copy) != 0) {
     fprintf(stderr, "weft-bench: the device copy bandwidth could not be measured; going on\n");
@@ -375,7 +375,6 @@ static int run_thread(struct bench_thread *t) {
 int bench_thread_run(struct bench_thread *t) {
   t->rc = BENCH_EXIT_ERROR;
   if (t->printer) t->report.buffers = t->mem->header;
-  measure_roofline(t);
   bench_watchdog_start(t->args);
   run_thread(t);
   bench_watchdog_stop(t->args);

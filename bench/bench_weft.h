@@ -113,6 +113,11 @@ struct bench_thread {
 
 /* Runs one thread's whole benchmark; sets and returns t->rc. */
 int bench_thread_run(struct bench_thread *t);
+/* The printer's device copy bandwidth, into its report. Called before any
+ * rank of the process starts: the copy's cudaFree waits for every stream
+ * of the device, and a peer rank's collective already spinning there would
+ * wait for this thread, so measuring while ranks run can deadlock. */
+void bench_measure_roofline(struct bench_thread *t);
 
 /* ---- NCCL calls (bench_nccl.c) -------------------------------------------- */
 

@@ -116,6 +116,7 @@ static int proc_run(const struct bench_args *a, const ncclUniqueId *id, int proc
       bench_report_open(&threads[0].report, a, "weft-bench", library, bench_colls[a->coll].nccl_fn,
                         nranks) != 0)
     rc = BENCH_EXIT_ERROR;
+  if (rc == 0 && threads[0].printer) bench_measure_roofline(&threads[0]);
   /* -p 0 (nccl-tests' default): this thread creates every communicator of
    * the process in one group; -p 1: each thread its own. */
   if (rc == 0 && !a->parallel_init && a->nthreads > 1 &&

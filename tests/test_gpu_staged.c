@@ -515,8 +515,15 @@ static int host_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   struct cs c = {dtype_find(ncclFloat32), ncclSum, 1021, 0};
   size_t es = 4, n = (size_t)nranks, bytes = n * c.count * es;
   char *hb = NULL;
-  if (rank_open(&k, rank, nranks, id)) return 1;
+  /* Page-locked before the communicator exists: cudaHostAlloc waits for
+   * every stream of the context, and once the other rank (a thread of this
+   * process) has queued its AllReduce, its stream waits for this rank's
+   * part, so an allocation made then would wait for the timeout. */
   HCUDA(cudaHostAlloc((void **)&hb, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  if (rank_open(&k, rank, nranks, id)) {
+    cudaFreeHost(hb);
+    return 1;
+  }
   for (size_t i = 0; i < c.count; i++) elem_store(c.d, hb + i * es, val(&c, k.n, rank, i));
   HNCCL(ncclAllReduce(hb, k.out, c.count, ncclFloat32, ncclSum, k.comm, k.s));
   HNCCL(ncclAllReduce(k.out, hb, c.count, ncclFloat32, ncclSum, k.comm, k.s));
