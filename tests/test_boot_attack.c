@@ -20,6 +20,7 @@
 
 #include "nccl.h"
 #include "boot_flood.h"
+#include "free_port.h"
 
 #define COUNT 1024
 #define MAX_RANKS 8
@@ -43,17 +44,6 @@ static void sleep_until(int64_t t) {
     struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000L};
     nanosleep(&ts, NULL);
   }
-}
-
-/* A port nothing listens on now (the kernel's pick, then released). */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 static void log_dir_make(char *dir, size_t size) {
@@ -252,7 +242,8 @@ static int reap(pid_t *pids, int n, int timeout_s) {
 static void job_init(struct job *j, int nranks, const char *dir) {
   memset(j, 0, sizeof(*j));
   j->nranks = nranks;
-  j->port = free_port();
+  j->port = test_free_port();
+  ck_assert_int_gt(j->port, 0);
   j->timeout_s = 15;
   j->log_dir = dir;
   j->log_level = "WARN";

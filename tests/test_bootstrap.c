@@ -25,6 +25,7 @@
 #include "core/bootstrap_internal.h"
 #include "core/debug.h"
 #include "transport/socket.h"
+#include "free_port.h"
 
 #define MAX_RANKS 8
 #define HARNESS_WAIT_MS 20000
@@ -475,19 +476,11 @@ static int rank_comm_id(const ncclUniqueId *unused, int rank, int n) {
   return rank_basic(&id, rank, n);
 }
 
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 START_TEST(test_comm_id) {
   char env[64];
-  snprintf(env, sizeof(env), "127.0.0.1:%d", free_port());
+  int port = test_free_port();
+  ck_assert_int_gt(port, 0);
+  snprintf(env, sizeof(env), "127.0.0.1:%d", port);
   set_env(15);
   setenv("NCCL_COMM_ID", env, 1);
   ck_assert_int_eq(run_ranks(4, rank_comm_id, 0), 0);
