@@ -78,6 +78,33 @@ static char *read_all(const char *path) {
   return s;
 }
 
+/* --check: whether the document's generated part is the table's; --write:
+ * puts the table's in its place. */
+static int check_or_write(const char *mode, const char *path, const char *doc, const char *gen) {
+  const char *b = doc ? strstr(doc, BEGIN) : NULL;
+  const char *e = b ? strstr(b, END) : NULL;
+  if (e == NULL) {
+    fprintf(stderr, "param_doc: %s has no generated part (the BEGIN and END lines)\n", path);
+    return 1;
+  }
+  e += strlen(END);
+  size_t old_len = (size_t)(e - b);
+  if (strcmp(mode, "--check") == 0) {
+    if (old_len == strlen(gen) && memcmp(b, gen, old_len) == 0) return 0;
+    fprintf(stderr,
+            "param_doc: %s is not what src/core/param_table.c says; run "
+            "`<build>/tests/param_doc --write %s`. Expected:\n%s",
+            path, path, gen);
+    return 1;
+  }
+  FILE *f = fopen(path, "wb");
+  if (f == NULL) return 1;
+  fwrite(doc, 1, (size_t)(b - doc), f);
+  fputs(gen, f);
+  fputs(e, f);
+  return fclose(f) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc != 3 || (strcmp(argv[1], "--check") != 0 && strcmp(argv[1], "--write") != 0)) {
     fprintf(stderr, "usage: param_doc --check|--write docs/ENVIRONMENT.md\n");
@@ -85,26 +112,8 @@ int main(int argc, char **argv) {
   }
   char *doc = read_all(argv[2]);
   char *gen = generate();
-  char *b = doc ? strstr(doc, BEGIN) : NULL;
-  char *e = b ? strstr(b, END) : NULL;
-  if (e == NULL) {
-    fprintf(stderr, "param_doc: %s has no generated part (the BEGIN and END lines)\n", argv[2]);
-    return 1;
-  }
-  e += strlen(END);
-  size_t old_len = (size_t)(e - b);
-  if (strcmp(argv[1], "--check") == 0) {
-    if (old_len == strlen(gen) && memcmp(b, gen, old_len) == 0) return 0;
-    fprintf(stderr,
-            "param_doc: %s is not what src/core/param_table.c says; run "
-            "`<build>/tests/param_doc --write %s`. Expected:\n%s",
-            argv[2], argv[2], gen);
-    return 1;
-  }
-  FILE *f = fopen(argv[2], "wb");
-  if (f == NULL) return 1;
-  fwrite(doc, 1, (size_t)(b - doc), f);
-  fputs(gen, f);
-  fputs(e, f);
-  return fclose(f) == 0 ? 0 : 1;
+  int rc = check_or_write(argv[1], argv[2], doc, gen);
+  free(doc);
+  free(gen);
+  return rc;
 }
