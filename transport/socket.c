@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +23,8 @@
 #include "core/check.h"
 #include "core/debug.h"
 #include "core/param.h"
+#include "transport/ifname.h"
 
-/* NCCL's default interface filter: skip containers' bridges and loopback. */
-#define DEFAULT_IFNAME "^docker,lo,virbr"
 #define LISTEN_BACKLOG 16384
 #define CONNECT_RETRY_MAX_MS 100
 
@@ -65,89 +65,97 @@ const char *weft_sockaddr_str(const union weft_sockaddr *addr, char *buf, size_t
 
 /* ---- Interface choice ---------------------------------------------------- */
 
-/* NCCL_SOCKET_IFNAME semantics: a comma list of name prefixes; a leading '^'
- * inverts the list, a leading '=' (after any '^') asks for exact names. */
-static int ifname_matches(const char *name, const char *spec) {
-  int exclude = 0, exact = 0;
-  if (*spec == '^') exclude = 1, spec++;
-  if (*spec == '=') exact = 1, spec++;
-  int match = 0;
-  const char *tok = spec;
-  while (*tok && !match) {
-    size_t len = strcspn(tok, ",");
-    if (len > 0) {
-      if (exact)
-        match = strlen(name) == len && strncmp(name, tok, len) == 0;
-      else
-        match = strncmp(name, tok, len) == 0;
-    }
-    tok += len;
-    if (*tok == ',') tok++;
-  }
-  return exclude ? !match : match;
+#define MAX_IFADDRS 256
+
+/* NCCL_SOCKET_FAMILY forces a family; else AF_UNSPEC (WEFT_SOCKET_IPV6
+ * then only says which family is tried first). */
+static int socket_family(void) {
+  int64_t f = weft_param_int(WEFT_PARAM_SOCKET_FAMILY);
+  return f == 0 ? AF_INET : f == 1 ? AF_INET6 : AF_UNSPEC;
 }
 
-/* Link-local IPv6 addresses only work with the right scope on every host;
- * we take them only when the user names their interface. */
-static int usable_addr(const struct ifaddrs *ifa, int family, int explicit_spec) {
-  if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != family) return 0;
-  if (!(ifa->ifa_flags & IFF_UP)) return 0;
-  if (family == AF_INET6 && !explicit_spec) {
-    const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ifa->ifa_addr;
-    if (IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr)) return 0;
-  }
-  return 1;
+/* The user's NCCL_SOCKET_IFNAME, or NULL for the default order. A value
+ * that names nothing ("^", "=") is ignored, as NCCL does, with a WARN. */
+static const char *user_ifname(void) {
+  const char *spec = weft_param_str(WEFT_PARAM_SOCKET_IFNAME);
+  if (spec == NULL || weft_ifname_spec_valid(spec)) return spec;
+  static atomic_int warned;
+  if (atomic_fetch_add(&warned, 1) == 0)
+    WARN(
+        "NCCL_SOCKET_IFNAME=%s names no interface (expected a comma list of name prefixes, "
+        "'^' first to exclude them, '=' for exact names); using the default order",
+        spec);
+  return NULL;
 }
 
-static int find_addr(struct ifaddrs *ifs, const char *spec, int explicit_spec, int prefer_v6,
-                     union weft_sockaddr *out, const char **name_out) {
-  int families[2] = {prefer_v6 ? AF_INET6 : AF_INET, prefer_v6 ? AF_INET : AF_INET6};
-  for (int f = 0; f < 2; f++) {
-    for (struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
-      if (!usable_addr(ifa, families[f], explicit_spec)) continue;
-      if (!ifname_matches(ifa->ifa_name, spec)) continue;
-      memset(out, 0, sizeof(*out));
-      memcpy(out, ifa->ifa_addr,
-             families[f] == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
-      *name_out = ifa->ifa_name;
-      return 1;
-    }
+/* "lo, eth0" (names once each) for the WARN when nothing matches. */
+static void list_names(const struct weft_ifaddr *ifs, int n, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used + 1 < size; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(ifs[i].name, ifs[j].name) == 0;
+    if (seen) continue;
+    int w = snprintf(buf + used, size - used, "%s%s%s", used ? ", " : "", ifs[i].name,
+                     ifs[i].up ? "" : " (down)");
+    if (w > 0) used += (size_t)w;
   }
-  return 0;
+  if (n == 0) snprintf(buf, size, "none");
+}
+
+static void no_match_warn(const struct weft_ifaddr *ifs, int n, const char *spec, int family) {
+  char names[512];
+  list_names(ifs, n, names, sizeof(names));
+  const char *fam = family == AF_INET    ? " with NCCL_SOCKET_FAMILY=AF_INET"
+                    : family == AF_INET6 ? " with NCCL_SOCKET_FAMILY=AF_INET6"
+                                         : "";
+  if (spec != NULL)
+    WARN(
+        "NCCL_SOCKET_IFNAME=%s matches no up interface with an IP address%s (interfaces "
+        "here: %s); name one of them or unset the variable",
+        spec, fam, names);
+  else
+    WARN("no up interface with an IP address%s for the bootstrap (interfaces here: %s)", fam,
+         names);
 }
 
 ncclResult_t weft_socket_local_addr(union weft_sockaddr *out) {
-  struct ifaddrs *ifs = NULL;
-  if (getifaddrs(&ifs) != 0) {
+  struct ifaddrs *all = NULL;
+  if (getifaddrs(&all) != 0) {
     WARN("getifaddrs failed: %s", strerror(errno));
     return ncclSystemError;
   }
-  const char *user_spec = weft_param_str(WEFT_PARAM_SOCKET_IFNAME);
-  int prefer_v6 = weft_param_int(WEFT_PARAM_SOCKET_FAMILY_V6) != 0;
-  union weft_sockaddr addr;
-  const char *name = NULL;
-  int found;
-  if (user_spec != NULL) {
-    found = find_addr(ifs, user_spec, 1, prefer_v6, &addr, &name);
-  } else {
-    found = find_addr(ifs, DEFAULT_IFNAME, 0, prefer_v6, &addr, &name) ||
-            find_addr(ifs, "lo", 0, prefer_v6, &addr, &name);
+  struct weft_ifaddr ifs[MAX_IFADDRS];
+  int n = 0;
+  for (struct ifaddrs *ifa = all; ifa != NULL && n < MAX_IFADDRS; ifa = ifa->ifa_next) {
+    int fam = ifa->ifa_addr ? ifa->ifa_addr->sa_family : AF_UNSPEC;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    memset(&ifs[n], 0, sizeof(ifs[n]));
+    ifs[n].name = ifa->ifa_name;
+    ifs[n].up = (ifa->ifa_flags & IFF_UP) != 0;
+    memcpy(&ifs[n].addr, ifa->ifa_addr,
+           fam == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    n++;
   }
-  char text[INET6_ADDRSTRLEN + 16];
-  if (found) {
+  const char *spec = user_ifname();
+  int family = socket_family();
+  int i =
+      weft_ifname_choose(ifs, n, spec, family, weft_param_int(WEFT_PARAM_SOCKET_FAMILY_V6) != 0);
+  union weft_sockaddr addr = i >= 0 ? ifs[i].addr : (union weft_sockaddr){0};
+  if (i >= 0) {
+    char text[INET6_ADDRSTRLEN + 16];
     if (addr.sa.sa_family == AF_INET)
       addr.sin.sin_port = 0;
     else
       addr.sin6.sin6_port = 0;
-    INFO(WEFT_INIT | WEFT_NET, "bootstrap interface %s, address %s", name,
-         weft_sockaddr_str(&addr, text, sizeof(text)));
+    INFO(WEFT_INIT | WEFT_NET, "bootstrap interface %s, address %s%s%s", ifs[i].name,
+         weft_sockaddr_str(&addr, text, sizeof(text)), spec ? ", NCCL_SOCKET_IFNAME=" : "",
+         spec ? spec : "");
+  } else {
+    no_match_warn(ifs, n, spec, family);
   }
-  freeifaddrs(ifs);
-  if (!found) {
-    WARN("no up network interface with an address matches NCCL_SOCKET_IFNAME=%s",
-         user_spec ? user_spec : DEFAULT_IFNAME ",lo");
-    return ncclSystemError;
-  }
+  freeifaddrs(all);
+  if (i < 0) return ncclSystemError;
   *out = addr;
   return ncclSuccess;
 }
@@ -166,7 +174,10 @@ static int parse_host(const char *host, union weft_sockaddr *out) {
   }
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof(hints));
-  hints.ai_family = weft_param_int(WEFT_PARAM_SOCKET_FAMILY_V6) ? AF_INET6 : AF_INET;
+  int family = socket_family();
+  if (family == AF_UNSPEC)
+    family = weft_param_int(WEFT_PARAM_SOCKET_FAMILY_V6) ? AF_INET6 : AF_INET;
+  hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
   int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc != 0) {

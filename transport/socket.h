@@ -22,9 +22,11 @@ int64_t weft_time_ms(void);
 /* now + WEFT_TIMEOUT seconds. */
 int64_t weft_deadline_default(void);
 
-/* The address this host should advertise: the first interface that matches
- * NCCL_SOCKET_IFNAME (prefix list, '^' to exclude, '=' for exact), else the
- * first non-loopback up interface, else loopback. Port 0. */
+/* The address this host should advertise, port 0: the interface
+ * NCCL_SOCKET_IFNAME selects (a list that matches nothing is
+ * ncclSystemError, with a WARN naming the variable and the interfaces
+ * there), else NCCL's default order; NCCL_SOCKET_FAMILY limits the family.
+ * The rules are in ifname.h. */
 ncclResult_t weft_socket_local_addr(union weft_sockaddr *out);
 /* Parses "host:port", "[v6]:port" or "v4:port" (NCCL_COMM_ID). */
 ncclResult_t weft_socket_parse_addr(const char *text, union weft_sockaddr *out);
@@ -34,8 +36,7 @@ const char *weft_sockaddr_str(const union weft_sockaddr *addr, char *buf, size_t
 /* Binds and listens on addr (port 0: any); addr_inout gets the bound port. */
 ncclResult_t weft_socket_listen(union weft_sockaddr *addr_inout, int *fd_out);
 /* Connects, retrying refused/unreachable until the deadline. */
-ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, int64_t deadline_ms,
-                                 int *fd_out);
+ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, int64_t deadline_ms, int *fd_out);
 /* Accepts one connection before the deadline; ncclSystemError with a WARN
  * when it passes. */
 ncclResult_t weft_socket_accept(int listen_fd, int64_t deadline_ms, int *fd_out);
@@ -52,8 +53,7 @@ ncclResult_t weft_socket_recv_all(int fd, void *buf, size_t size, int64_t deadli
  * ncclRemoteError if the peer closed. */
 ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t size, size_t *done,
                                    const char *what);
-ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t size, size_t *done,
-                                   const char *what);
+ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t size, size_t *done, const char *what);
 
 /* Sets O_NONBLOCK, TCP_NODELAY and CLOEXEC as the data path wants. */
 ncclResult_t weft_socket_set_data_opts(int fd);

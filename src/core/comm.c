@@ -74,9 +74,17 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
   return h;
 }
 
-/* Ranks on one host (one kernel boot, one host name) share this value. */
+/* Ranks on one host (one kernel boot, one host name) share this value.
+ * NCCL_HOSTID replaces both, as in NCCL: ranks of one machine in different
+ * containers (or tests) then count as different hosts, so they share no
+ * memory and no GPU, and talk over sockets. */
 static uint64_t host_hash(void) {
   char buf[256] = {0};
+  const char *host_id = weft_param_str(WEFT_PARAM_HOSTID);
+  if (host_id != NULL) {
+    snprintf(buf, sizeof(buf), "hostid:%s", host_id);
+    return fnv1a(0xcbf29ce484222325ULL, buf, strlen(buf));
+  }
   gethostname(buf, sizeof(buf) - 64);
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
   if (f != NULL) {

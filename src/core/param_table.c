@@ -48,7 +48,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                                        "shared-memory sends of this many bytes or more go "
                                        "single-copy"),
     [WEFT_PARAM_SOCKET_FAMILY_V6] =
-        BOOL_ROW("WEFT_SOCKET_IPV6", 0, "1: prefer IPv6 for the bootstrap and sockets"),
+        BOOL_ROW("WEFT_SOCKET_IPV6", 0,
+                 "1: try IPv6 addresses first (interfaces and host names); weft's older knob, "
+                 "kept: NCCL_SOCKET_FAMILY, when set, wins"),
     [WEFT_PARAM_REDUCE_SIMD] =
         BOOL_ROW("WEFT_REDUCE_SIMD", 1, "0: portable host reduce loops (no AVX2/F16C)"),
     [WEFT_PARAM_CHECK_MISMATCH] =
@@ -76,8 +78,26 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "with NCCL_COMM_ID: a string every rank of the job sets alike; only ranks "
                 "presenting it may register (never logged)"),
     [WEFT_PARAM_SOCKET_IFNAME] =
-        STR_ROW("NCCL_SOCKET_IFNAME", "(any but docker*, lo, virbr*; lo when nothing else)",
-                "interfaces to use: prefixes, ^ excludes, = exact"),
+        STR_ROW("NCCL_SOCKET_IFNAME",
+                "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",
+                "interfaces for the bootstrap and sockets, as NCCL reads it: a comma list of "
+                "name prefixes (eth,ib), ^ first excludes them (^docker,lo), = first makes "
+                "them exact (=eth0); a :suffix is ignored; a name that matches no up "
+                "interface is an error (WARN naming the interfaces there)"),
+    [WEFT_PARAM_SOCKET_FAMILY] = {.env = "NCCL_SOCKET_FAMILY",
+                                  .kind = WEFT_PARAM_KIND_NAME,
+                                  .def = -1,
+                                  .min = 1,
+                                  .max = 0,
+                                  .names = "AF_INET,AF_INET6",
+                                  .def_doc = "(either: IPv4 first, see WEFT_SOCKET_IPV6)",
+                                  .help = "AF_INET: IPv4 addresses only; AF_INET6: IPv6 only "
+                                          "(interfaces and host names)"},
+    [WEFT_PARAM_HOSTID] =
+        STR_ROW("NCCL_HOSTID", "(host name and boot id)",
+                "a string naming this rank's host: ranks with different values are different "
+                "hosts (no shared memory, no GPU peer access between them: sockets), as in "
+                "containers"),
     [WEFT_PARAM_P2P_LEVEL] = {.env = "NCCL_P2P_LEVEL",
                               .kind = WEFT_PARAM_KIND_NAME,
                               .min = 0,
