@@ -552,6 +552,16 @@ char *harness_logs_take(const char *dir) {
   return all;
 }
 
+int harness_procs_logged(int nranks, int timeout_s, const char *subsys, harness_rank_fn fn,
+                         void *arg, char **logs_out, char *why, size_t why_len) {
+  char dir[64];
+  harness_log_to_dir(dir, sizeof(dir), subsys);
+  int rc = harness_procs(nranks, timeout_s, fn, arg, why, why_len);
+  *logs_out = harness_logs_take(dir);
+  rmdir(dir);
+  return rc;
+}
+
 int harness_allreduce_ok(ncclComm_t comm, int nranks) {
   float x = 1.0f;
   HNCCL(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL));

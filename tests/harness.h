@@ -128,5 +128,10 @@ void harness_log_to_dir(char *dir, size_t size, const char *subsys);
 /* Every log.* file of dir, concatenated (malloc'd); removes those files (the
  * directory stays, for the caller to reuse or rmdir). */
 char *harness_logs_take(const char *dir);
+/* harness_procs with the ranks logging at INFO for subsys (as
+ * harness_log_to_dir): what they logged goes to *logs_out (malloc'd), the
+ * log directory is removed. */
+int harness_procs_logged(int nranks, int timeout_s, const char *subsys, harness_rank_fn fn,
+                         void *arg, char **logs_out, char *why, size_t why_len);
 
 #endif

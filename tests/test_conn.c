@@ -53,11 +53,9 @@ static int init_allreduce_destroy(int rank, int nranks, ncclUniqueId id, void *a
 /* ---- Transport choice ----------------------------------------------------------- */
 
 static char *run_logged(int nranks) {
-  char dir[64], why[4096];
-  harness_log_to_dir(dir, sizeof(dir), "INIT,SHM,NET");
-  int rc = harness_procs(nranks, 60, init_allreduce_destroy, NULL, why, sizeof(why));
-  char *logs = harness_logs_take(dir);
-  rmdir(dir);
+  char why[4096], *logs;
+  int rc = harness_procs_logged(nranks, 60, "INIT,SHM,NET", init_allreduce_destroy, NULL, &logs,
+                                why, sizeof(why));
   ck_assert_msg(rc == 0, "%s", why);
   return logs;
 }
@@ -177,8 +175,7 @@ START_TEST(test_rank_killed) {
                 "a surviving rank failed: %s", why);
   double until = harness_now() + 3;
   int fresh;
-  while ((fresh = new_segments(before, nbefore)) > 0 && harness_now() < until)
-    harness_sleep_ms(50);
+  while ((fresh = new_segments(before, nbefore)) > 0 && harness_now() < until) harness_sleep_ms(50);
   ck_assert_msg(fresh == 0, "%d /dev/shm/weft-* segments left behind", fresh);
 }
 END_TEST

@@ -33,11 +33,8 @@ static int hostid_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 }
 
 static char *run_logged(int nranks, harness_rank_fn fn, void *arg) {
-  char dir[64], why[4096];
-  harness_log_to_dir(dir, sizeof(dir), "INIT,SHM,NET");
-  int rc = harness_procs(nranks, 60, fn, arg, why, sizeof(why));
-  char *logs = harness_logs_take(dir);
-  rmdir(dir);
+  char why[4096], *logs;
+  int rc = harness_procs_logged(nranks, 60, "INIT,SHM,NET", fn, arg, &logs, why, sizeof(why));
   ck_assert_msg(rc == 0, "%s", why);
   return logs;
 }
