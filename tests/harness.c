@@ -562,6 +562,13 @@ int harness_procs_logged(int nranks, int timeout_s, const char *subsys, harness_
   return rc;
 }
 
+int harness_links_via(const char *logs, const char *via) {
+  char line[2][96];
+  snprintf(line[0], sizeof(line[0]), "rank 0 -> rank 1 channel 0 via %s", via);
+  snprintf(line[1], sizeof(line[1]), "rank 1 -> rank 0 channel 0 via %s", via);
+  return strstr(logs, line[0]) != NULL && strstr(logs, line[1]) != NULL;
+}
+
 int harness_allreduce_ok(ncclComm_t comm, int nranks) {
   float x = 1.0f;
   HNCCL(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL));

@@ -128,6 +128,9 @@ void harness_log_to_dir(char *dir, size_t size, const char *subsys);
 /* Every log.* file of dir, concatenated (malloc'd); removes those files (the
  * directory stays, for the caller to reuse or rmdir). */
 char *harness_logs_take(const char *dir);
+/* Whether logs (NCCL_DEBUG_SUBSYS=INIT) say that channel 0 between ranks 0
+ * and 1 runs over transport `via` ("shm", "net_socket") both ways. */
+int harness_links_via(const char *logs, const char *via);
 /* harness_procs with the ranks logging at INFO for subsys (as
  * harness_log_to_dir): what they logged goes to *logs_out (malloc'd), the
  * log directory is removed. */
