@@ -16,6 +16,10 @@
 #   --modes "checks abort"   what to run per setting (default both)
 #   --nonblocking       also one checks run with TORCH_NCCL_USE_COMM_NONBLOCKING=1
 #   --cupy              also check_cupy.py (2 processes)
+#   --hosts             every process on a host of its own (own_host.sh: a UTS
+#                       namespace with its own host name, else NCCL_HOSTID), so
+#                       ranks reach each other through the proxy and the net
+#                       transport; the captured all_reduce must then work
 #   --any-nccl          do not require weft (run the same against NVIDIA's NCCL)
 #   -- ARGS             passed to check_torch.py (e.g. -- --steps 100)
 #
@@ -23,7 +27,7 @@
 # in seconds (default 540). Other variables (NCCL_DEBUG, WEFT_*) pass through.
 set -u
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 BUILD=$1
 shift
@@ -32,6 +36,7 @@ MPS_SET="off on"
 MODES="checks abort"
 NONBLOCKING=0
 CUPY=0
+HOSTS=0
 ANY=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -41,6 +46,7 @@ while [ $# -gt 0 ]; do
     --modes) MODES=$2; shift 2 ;;
     --nonblocking) NONBLOCKING=1; shift ;;
     --cupy) CUPY=1; shift ;;
+    --hosts) HOSTS=1; shift ;;
     --any-nccl) ANY=(--any-nccl); shift ;;
     --) shift; EXTRA=("$@"); break ;;
     *) usage ;;
@@ -148,11 +154,19 @@ for mps in $MPS_SET; do
     for mode in $MODES; do
       name="np$np-mps$mps-$mode"
       # Without MPS, weft stages ranks of different processes on one GPU
-      # through host memory (NVIDIA's NCCL refuses them outright).
+      # through host memory (NVIDIA's NCCL refuses them outright). Ranks on
+      # hosts of their own go through the net transport instead.
       STAGED=()
-      [ "$mps" = off ] && [ "$np" -gt 1 ] && [ ${#ANY[@]} -eq 0 ] && STAGED=(--staged)
-      run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" \
-        "$HERE/check_torch.py" --mode "$mode" "${ANY[@]}" "${STAGED[@]}" "${EXTRA[@]}"
+      [ "$mps" = off ] && [ "$np" -gt 1 ] && [ ${#ANY[@]} -eq 0 ] && [ $HOSTS = 0 ] &&
+        STAGED=(--staged)
+      if [ $HOSTS = 1 ]; then
+        run "$name-hosts" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" \
+          --no-python "$HERE/own_host.sh" "$PY" "$HERE/check_torch.py" --mode "$mode" \
+          "${ANY[@]}" "${EXTRA[@]}"
+      else
+        run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$np" \
+          "$HERE/check_torch.py" --mode "$mode" "${ANY[@]}" "${STAGED[@]}" "${EXTRA[@]}"
+      fi
     done
   done
   if [ "$mps" = on ]; then
