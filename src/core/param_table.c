@@ -69,6 +69,14 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
     [WEFT_PARAM_CUDA_ENGINE] =
         BOOL_ROW("WEFT_CUDA_ENGINE", 1,
                  "0: never run CUDA kernels; device buffers are staged through host memory"),
+    [WEFT_PARAM_NET_GPU] =
+        BOOL_ROW("WEFT_NET_GPU", 1,
+                 "GPU ranks on other hosts: 1 runs kernels over net links driven by the proxy "
+                 "thread; 0 stages device buffers through host memory (the host engine)"),
+    [WEFT_PARAM_NET_GPU_NCHANNELS] =
+        INT_ROW("WEFT_NET_GPU_NCHANNELS", 2, 1, 16, "2",
+                "most channels of a CUDA-engine communicator with net links (each channel "
+                "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_COMM_ID] =
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
