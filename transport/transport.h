@@ -53,8 +53,9 @@ struct weft_transport_ops {
   /* Non-blocking: moves what can move now and adds it to *done. */
   ncclResult_t (*send)(struct weft_conn *conn, const void *buf, size_t bytes, size_t *done);
   ncclResult_t (*recv)(struct weft_conn *conn, void *buf, size_t bytes, size_t *done);
-  /* A file descriptor that polls readable/writable when the conn can move,
-   * or -1 when the transport has none (the caller then yields and sleeps). */
+  /* A file descriptor that polls readable (for sends too: an eventfd) when
+   * the conn can move, or -1 when the transport has none now (the caller
+   * then yields and naps). */
   int (*wait_fd)(const struct weft_conn *conn);
   ncclResult_t (*close)(struct weft_conn *conn);
 };

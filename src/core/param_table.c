@@ -85,6 +85,14 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         STR_ROW("WEFT_COMM_SECRET", "(none: anyone who reaches the port may join; said at INFO)",
                 "with NCCL_COMM_ID: a string every rank of the job sets alike; only ranks "
                 "presenting it may register (never logged)"),
+    [WEFT_PARAM_SOCKET_NTHREADS] =
+        INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16, "2",
+                "helper threads per socket network connection (net/socket); each moves the "
+                "chunks of large messages on its NCCL_NSOCKS_PERTHREAD sockets"),
+    [WEFT_PARAM_NSOCKS_PERTHREAD] =
+        INT_ROW("NCCL_NSOCKS_PERTHREAD", 1, 1, 64, "1",
+                "data sockets each socket network helper thread owns; threads x sockets is "
+                "capped at 64 (sockets per thread lowered, with a WARN)"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",
