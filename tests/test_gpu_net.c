@@ -247,7 +247,12 @@ static int worker_main(const char *name) {
     int rc = harness_procs_logged(cases[i].nprocs, RUN_TIMEOUT_S, "INIT,NET", cases[i].fn, NULL,
                                   &logs, why, sizeof why);
     if (rc != 0) fprintf(stderr, "FAIL %s: %s\n", name, why);
-    int via = logs != NULL && harness_links_via(logs, "NET/Socket/proxy");
+    /* Rank 0 and its first peer on another host (process). */
+    int peer = cases[i].fn == threads_proc ? 2 : 1;
+    char fwd[96], back[96];
+    snprintf(fwd, sizeof fwd, "rank 0 -> rank %d channel 0 via NET/Socket/proxy", peer);
+    snprintf(back, sizeof back, "rank %d -> rank 0 channel 0 via NET/Socket/proxy", peer);
+    int via = logs != NULL && strstr(logs, fwd) != NULL && strstr(logs, back) != NULL;
     if (!via)
       fprintf(stderr, "FAIL %s: the INFO log does not say the links are NET/Socket/proxy\n", name);
     free(logs);
