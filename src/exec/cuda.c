@@ -359,10 +359,7 @@ static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *ke
     }
     memcpy(ops_copy, ops, key->count * sizeof(*ops));
   }
-  /* A capturing caller's mode would forbid the upload's synchronization;
-   * it happens on the side stream, outside the graph, so relax it. */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
+  /* What a launch of the plan posts to the proxy, kept with it. */
   struct weft_cuda_net_ops *net_ops = NULL;
   if (e->net != NULL) {
     ncclResult_t r = weft_cuda_net_plan_ops(e->net, plan, ops != NULL, &net_ops);
@@ -371,6 +368,10 @@ static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *ke
       return r;
     }
   }
+  /* A capturing caller's mode would forbid the upload's synchronization;
+   * it happens on the side stream, outside the graph, so relax it. */
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   struct weft_dev_plan dp;
   ncclResult_t res = weft_dev_plan_upload(plan, e->side, &dp);
   cudaError_t err = res == ncclSuccess ? cudaStreamSynchronize(e->side) : cudaSuccess;
