@@ -33,21 +33,32 @@ static void nap_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-/* xorshift64: the sender fills, the receiver checks the same stream. */
+/* xorshift64, 8 bytes a step: the sender fills, the receiver checks the
+ * same stream. */
 static void fill(char *buf, size_t n, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (size_t i = 0; i < n; i++) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    buf[i] = (char)(x >> 32);
+    memcpy(buf + i, &x, 8);
   }
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+  memcpy(buf + i, &x, n - i);
 }
 
 static int matches(const char *buf, size_t n, uint64_t seed) {
-  char *want = malloc(n ? n : 1);
+  char *want = malloc(n + 8);
   fill(want, n, seed);
   int ok = memcmp(buf, want, n) == 0;
   free(want);
   return ok;
+}
+
+/* Whether buf[0..n) is all byte c. */
+static int all_bytes(const char *buf, size_t n, char c) {
+  for (size_t i = 0; i < n; i++)
+    if (buf[i] != c) return 0;
+  return 1;
 }
 
 /* Tests until done; returns the result (ncclSuccess with *size set). */
@@ -183,7 +194,9 @@ START_TEST(test_sizes) {
     int tag = 0;
     while (req == NULL)
       ck_assert_int_eq(net->irecv(comm, 1, &data, &posted, &tag, NULL, &req), ncclSuccess);
+    int64_t t0 = weft_time_ms();
     ck_assert_int_eq(wait_req(req, &got), ncclSuccess);
+    fprintf(stderr, "DBG size %zu %lld ms\n", sizes[i], (long long)(weft_time_ms() - t0));
     ck_assert_uint_eq(got, sizes[i]);
     ck_assert_msg(matches(buf, got, i + 1), "message %zu (%zu bytes) differs", i, sizes[i]);
   }
@@ -266,10 +279,11 @@ static int send_small_then_large(void *comm, int fd) {
     fill(buf, n[i], (uint64_t)i + 7);
     void *req = NULL;
     if (net->isend(comm, buf, n[i], 0, NULL, &req) != ncclSuccess || req == NULL) return 0;
-    /* The last two are refused by the receiver, which then closes: an
-     * error here is fine, a hang is not. */
+    /* The receiver refuses one (which depends on the test) and closes: an
+     * error from then on is fine, a hang is not. The receiver checks what
+     * arrived. */
     ncclResult_t res = wait_req(req, NULL);
-    if (i < 2 && res != ncclSuccess) return 0;
+    if (i == 0 && res != ncclSuccess) return 0;
     if (res == ncclInternalError) return 0; /* wait_req's timeout */
   }
   free(buf);
@@ -304,7 +318,7 @@ START_TEST(test_send_smaller_then_larger) {
   /* 150 bytes into a 100-byte receive: an error, and not one byte past. */
   memset(buf, 0x5a, 256);
   recv_into(comm, buf, 100, ncclInvalidUsage, 0, 0);
-  for (int i = 100; i < 256; i++) ck_assert_int_eq(buf[i], 0x5a);
+  ck_assert(all_bytes(buf + 100, 156, 0x5a));
   /* After an error the comm only closes. */
   void *req = NULL, *data = buf;
   size_t posted = 10;
@@ -324,7 +338,7 @@ START_TEST(test_send_larger_chunked) {
   /* 3 MiB (chunked, on the data sockets) into 2 MiB. */
   memset(buf, 0x5a, 3 * MIB);
   recv_into(comm, buf, 2 * MIB, ncclInvalidUsage, 0, 0);
-  for (size_t i = 2 * MIB; i < 3 * MIB; i++) ck_assert_int_eq(buf[i], 0x5a);
+  ck_assert(all_bytes(buf + 2 * MIB, 1 * MIB, 0x5a));
   free(buf);
   pair_finish(&p, comm);
 }
@@ -334,7 +348,7 @@ END_TEST
 
 /* Connects raw TCP to the handle's address and presents a hello with the
  * wrong nonce; exits 0 when the listener then closes the socket. */
-static int stranger(const struct weft_ns_handle *h, int send_hello, int ready_fd) {
+static int stranger(const struct weft_ns_handle *h, int send_hello, int ready_fd, int hold_fd) {
   int fd = -1;
   if (weft_socket_connect(&h->addr, weft_time_ms() + WAIT_MS, &fd) != ncclSuccess) return 0;
   if (send_hello) {
@@ -348,10 +362,17 @@ static int stranger(const struct weft_ns_handle *h, int send_hello, int ready_fd
   if (write(ready_fd, &c, 1) != 1) return 0;
   /* Dropped: the read ends (EOF or reset) well before our deadline. */
   struct pollfd pf = {.fd = fd, .events = POLLIN};
-  int n = poll(&pf, 1, send_hello ? 5000 : 1000);
+  if (!send_hello) {
+    /* Silent: holds its socket open until the test is over (EOF on
+     * hold_fd); it must not stand in the real peer's way meanwhile. */
+    if (read(hold_fd, &c, 1) < 0) return 0;
+    close(fd);
+    return 1;
+  }
+  int n = poll(&pf, 1, 5000);
   int dropped = n == 1 && recv(fd, &c, 1, 0) <= 0;
   close(fd);
-  return send_hello ? dropped : 1; /* a silent one is dropped after 10 s: not waited for */
+  return dropped;
 }
 
 static int send_one(void *comm, int fd) {
@@ -376,8 +397,9 @@ START_TEST(test_stranger_refused) {
     ck_assert(s[k] >= 0);
     if (s[k] == 0) {
       struct weft_ns_handle h;
+      close(hp[1]), close(rp[0]);
       if (read(hp[0], &h, sizeof(h)) != (ssize_t)sizeof(h)) _exit(1);
-      _exit(stranger(&h, k == 0, rp[1]) ? 0 : 1);
+      _exit(stranger(&h, k == 0, rp[1], hp[0]) ? 0 : 1);
     }
   }
   close(rp[1]);
@@ -392,14 +414,115 @@ START_TEST(test_stranger_refused) {
   void *comm = accept_comm(p.listen);
   char buf[64];
   recv_into(comm, buf, sizeof(buf), ncclSuccess, sizeof(buf), 42);
+  close(hp[1]); /* lets the silent stranger go */
   for (int k = 0; k < 2; k++) {
     int status = 0;
     ck_assert(waitpid(s[k], &status, 0) == s[k]);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "stranger %d was not dropped (status 0x%x)", k, status);
   }
-  close(hp[0]), close(hp[1]), close(rp[0]);
+  close(hp[0]), close(rp[0]);
   pair_finish(&p, comm);
+}
+END_TEST
+
+/* ---- A peer killed ------------------------------------------------------------ */
+
+/* Variant 0 posts 64 MiB (far more than the sockets buffer) and waits to be
+ * killed mid-message; variant 1 sends nothing and waits to be killed while
+ * the receiver waits for a header. */
+static int variant;
+
+static int send_then_wait(void *comm, int back) {
+  char *buf = calloc(1, 64 * MIB);
+  void *req = NULL;
+  if (variant == 0 && (net->isend(comm, buf, 64 * MIB, 0, NULL, &req) != ncclSuccess || !req))
+    return 0;
+  char c = 1;
+  if (write(back, &c, 1) != 1) return 0;
+  for (;;) pause();
+}
+
+START_TEST(test_peer_killed) {
+  set_counts("2", "2");
+  variant = _i;
+  struct pair p = pair_start(send_then_wait);
+  void *comm = accept_comm(p.listen);
+  char c;
+  ck_assert(read(p.back, &c, 1) == 1);
+  char *buf = malloc(64 * MIB);
+  void *req = NULL, *data = buf;
+  size_t posted = 64 * MIB;
+  int tag = 0;
+  if (_i == 0) {
+    /* Let some of the message into the socket buffers, then kill. */
+    nap_us(50 * 1000);
+    kill(p.pid, SIGKILL);
+  }
+  ck_assert_int_eq(net->irecv(comm, 1, &data, &posted, &tag, NULL, &req), ncclSuccess);
+  ck_assert_ptr_nonnull(req);
+  int64_t t0 = weft_time_ms();
+  if (_i == 1) {
+    int done = 0;
+    ck_assert_int_eq(net->test(req, &done, NULL), ncclSuccess);
+    ck_assert_int_eq(done, 0);
+    kill(p.pid, SIGKILL);
+  }
+  ck_assert_int_eq(wait_req(req, NULL), ncclRemoteError);
+  int64_t took = weft_time_ms() - t0;
+  ck_assert_msg(took < 2000, "the error took %lld ms", (long long)took);
+  /* Every later call says so too; close still frees everything. */
+  int done = 0;
+  ck_assert_int_eq(net->test(req, &done, NULL), ncclRemoteError);
+  int status = 0;
+  ck_assert(waitpid(p.pid, &status, 0) == p.pid);
+  ck_assert(WIFSIGNALED(status));
+  ck_assert_int_eq(net->close_recv(comm), ncclSuccess);
+  ck_assert_int_eq(net->close_listen(p.listen), ncclSuccess);
+  close(p.back);
+  free(buf);
+}
+END_TEST
+
+/* ---- Parameters, memory types ------------------------------------------------- */
+
+/* {NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD} -> threads, sockets. */
+static const struct {
+  const char *t, *s;
+  int threads, socks;
+} count_cases[] = {
+    {"4", "2", 4, 8},  {"16", "4", 16, 64}, {"16", "8", 16, 64}, /* capped: 4 per thread */
+    {"99", "1", 2, 2}, {"0", "1", 2, 2},    {"x", "-1", 2, 2},   /* bad: WARN, defaults */
+};
+
+START_TEST(test_count_params) {
+  set_counts(count_cases[_i].t, count_cases[_i].s);
+  int t = 0, n = 0;
+  weft__ns_sock_counts(&t, &n);
+  ck_assert_int_eq(t, count_cases[_i].threads);
+  ck_assert_int_eq(n, count_cases[_i].socks);
+}
+END_TEST
+
+START_TEST(test_reg_mr_host_only) {
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  char buf[16];
+  void *mh = NULL;
+  ck_assert_int_eq(net->reg_mr(NULL, buf, sizeof(buf), WEFT_NET_PTR_HOST, &mh), ncclSuccess);
+  ck_assert_ptr_nonnull(mh);
+  ck_assert_int_eq(net->dereg_mr(NULL, mh), ncclSuccess);
+  mh = NULL;
+  ck_assert_int_eq(net->reg_mr(NULL, buf, sizeof(buf), WEFT_NET_PTR_CUDA, &mh),
+                   ncclInvalidArgument);
+  ck_assert_ptr_null(mh);
+  void *req = (void *)1;
+  ck_assert_int_eq(net->iflush(NULL, 1, NULL, NULL, NULL, &req), ncclSuccess);
+  ck_assert_ptr_null(req);
+  struct weft_net_props props;
+  ck_assert_int_eq(net->get_properties(0, &props), ncclSuccess);
+  ck_assert_int_eq(props.ptr_support, WEFT_NET_PTR_HOST);
+  ck_assert_int_eq(props.max_recvs, 1);
+  ck_assert_int_gt(props.speed, 0);
 }
 END_TEST
 
@@ -414,6 +537,11 @@ static Suite *net_socket_suite(void) {
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_stranger_refused);
+  tcase_add_loop_test(tc, test_peer_killed, 0, 2);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("params");
+  tcase_add_loop_test(tc, test_count_params, 0, 6);
+  tcase_add_test(tc, test_reg_mr_host_only);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -474,6 +474,10 @@ ncclResult_t weft_socket_move(int fd, int is_send, const struct iovec iov[2], si
         is_send ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
     if (n > 0) {
       *done += (size_t)n;
+      /* Short: the socket had no more (or no more room) just now; another
+       * call would most likely cost a syscall for EAGAIN. */
+      size_t asked = v[0].iov_len + (nv > 1 ? v[1].iov_len : 0);
+      if ((size_t)n < asked) return ncclSuccess;
       continue;
     }
     if (n == 0) {

@@ -72,7 +72,8 @@ int weft_socket_connect_retryable(int err);
  * else an errno value. */
 int weft_socket_try_accept(int listen_fd, int *fd_out);
 /* Moves what the socket takes or gives now of the two-part buffer
- * iov[0..1] (a message header and its data), adding to *done; no WARN.
+ * iov[0..1] (a message header and its data), adding to *done; stops at the
+ * first short transfer (the socket is drained or full); no WARN.
  * ncclRemoteError when the peer closed or reset (*err_out: 0 for an orderly
  * close, else the errno), ncclSystemError for a local failure (*err_out:
  * the errno). */

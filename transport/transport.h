@@ -26,6 +26,8 @@ struct weft_conn {
   uint64_t comm_hash;
   const _Atomic int *abort_flag; /* the communicator's; waits give up when set */
   void *priv;                    /* the transport's state */
+  int local_ranks; /* the communicator's ranks on this host: transports with
+                      helper threads size them by the cores left */
   /* The host engine's: which lane of which plan run uses the conn, so two
    * lanes never interleave their bytes on one FIFO. Transports ignore it. */
   uint64_t user_run;

@@ -93,6 +93,12 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("NCCL_NSOCKS_PERTHREAD", 1, 1, 64, "1",
                 "data sockets each socket network helper thread owns; threads x sockets is "
                 "capped at 64 (sockets per thread lowered, with a WARN)"),
+    [WEFT_PARAM_SOCKET_HOST_THREADS] =
+        INT_ROW("WEFT_SOCKET_HOST_THREADS", -1, -1, 1,
+                "-1 (when the host has a core for each local rank and each of its helper threads)",
+                "host ranks' socket links: 1 moves messages over 64 KiB through the socket "
+                "network's helper threads and data sockets, 0 moves every message on the "
+                "control socket from the rank's own thread (one stream per link)"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",

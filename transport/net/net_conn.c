@@ -13,6 +13,7 @@
  * whose bytes later calls take first: the stream's boundaries need not
  * match the receiver's calls (an 8-byte header then a piece at a time). */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "core/check.h"
 #include "core/debug.h"
 #include "core/failure.h"
+#include "core/param.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/socket.h"
@@ -105,6 +107,22 @@ static ncclResult_t net_conn_setup_wait(struct weft_conn *conn, int64_t deadline
   return ncclSuccess;
 }
 
+/* Whether this rank's helper threads would have cores to run on: one for
+ * each local rank's caller and each of its helper threads. Without them
+ * (a 2-core VM: the thread hops cut a 2-rank broadcast from 3.5 to 1.4
+ * GB/s) the caller moves every message itself on the control socket, one
+ * stream per link. WEFT_SOCKET_HOST_THREADS overrides. */
+static int net_conn_threads_pay(const struct weft_conn *conn) {
+  int64_t forced = weft_param_int(WEFT_PARAM_SOCKET_HOST_THREADS);
+  if (forced >= 0) return (int)forced;
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int nthreads, nsocks;
+  weft__ns_sock_counts(&nthreads, &nsocks);
+  int local = conn->local_ranks > 0 ? conn->local_ranks : 1;
+  return cpus >= local * (1 + nthreads);
+}
+
 static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_handle,
                                      int64_t deadline_ms) {
   struct net_conn *p;
@@ -120,6 +138,14 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
   if (p->listen != NULL) {
     WEFT_CHECK(p->net->close_listen(p->listen));
     p->listen = NULL;
+  }
+  if (conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket) {
+    int threads = net_conn_threads_pay(conn);
+    if (!threads) weft_net_socket_set_inline(p->comm, MSG_MAX);
+    INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
+         conn->channel,
+         threads ? "large messages through the helper threads"
+                 : "every message on the control socket (no cores for helper threads)");
   }
   return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
 }

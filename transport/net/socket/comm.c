@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -67,7 +68,7 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   c->nthreads = nthreads;
   c->inline_max = WEFT_NS_MIN_CHUNK;
   c->ctrl_fd = fds[0];
-  c->done_fd = -1;
+  c->done_fd = c->wait_fd = -1;
   for (int i = 0; i < nsocks; i++) {
     c->socks[i].fd = fds[i + 1];
     c->socks[i].is_send = is_send;
@@ -76,8 +77,13 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   peer_name(c->ctrl_fd, c->peer, sizeof(c->peer));
   for (int i = 0; i <= nsocks; i++) WEFT_CHECK_GOTO(weft_socket_set_data_opts(fds[i]), res, fail);
   c->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (c->done_fd < 0) {
-    WARN("net/socket: eventfd for a comm with %s failed: %s", c->peer, strerror(errno));
+  c->wait_fd = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event done = {.events = EPOLLIN, .data.fd = c->done_fd};
+  struct epoll_event ctrl = {.events = 0, .data.fd = c->ctrl_fd};
+  if (c->done_fd < 0 || c->wait_fd < 0 ||
+      epoll_ctl(c->wait_fd, EPOLL_CTL_ADD, c->done_fd, &done) != 0 ||
+      epoll_ctl(c->wait_fd, EPOLL_CTL_ADD, c->ctrl_fd, &ctrl) != 0) {
+    WARN("net/socket: eventfd/epoll for a comm with %s failed: %s", c->peer, strerror(errno));
     goto fail;
   }
   WEFT_CHECK_GOTO(weft__ns_threads_start(c), res, fail);
@@ -96,6 +102,7 @@ void weft__ns_comm_destroy(struct weft_ns_comm *comm) {
   weft_socket_close(&comm->ctrl_fd);
   for (int i = 0; i < comm->nsocks; i++) weft_socket_close(&comm->socks[i].fd);
   weft_socket_close(&comm->done_fd);
+  weft_socket_close(&comm->wait_fd);
   free(comm);
 }
 
@@ -137,27 +144,54 @@ static ncclResult_t ctrl_header(struct weft_ns_comm *c, struct weft_ns_request *
   return ncclSuccess;
 }
 
-/* Header, then inline data in; *finished when the control part is in. */
-static ncclResult_t ctrl_recv(struct weft_ns_comm *c, struct weft_ns_request *r, int *finished) {
+/* Reads ahead what the control socket holds (one syscall) when nothing
+ * is buffered. */
+static ncclResult_t ctrl_fill(struct weft_ns_comm *c) {
+  if (c->roff < c->rlen) return ncclSuccess;
+  c->roff = c->rlen = 0;
+  struct iovec iov[2] = {{c->rbuf, sizeof(c->rbuf)}, {NULL, 0}};
   int err = 0;
-  ncclResult_t res;
+  ncclResult_t res = weft_socket_move(c->ctrl_fd, 0, iov, &c->rlen, &err);
+  if (res != ncclSuccess) return weft__ns_comm_fail(c, res, err, "receiving");
+  return ncclSuccess;
+}
+
+/* Takes up to n read-ahead bytes into dst; returns how many. */
+static size_t ctrl_take(struct weft_ns_comm *c, void *dst, size_t n) {
+  size_t have = c->rlen - c->roff;
+  if (n > have) n = have;
+  memcpy(dst, c->rbuf + c->roff, n);
+  c->roff += n;
+  return n;
+}
+
+/* Header, then inline data in; *finished when the control part is in.
+ * Data past what was read ahead comes straight into the buffer: exactly
+ * the message's bytes, never the next header. */
+static ncclResult_t ctrl_recv(struct weft_ns_comm *c, struct weft_ns_request *r, int *finished) {
   *finished = 0;
   if (r->ctrl_done < sizeof(r->msg)) {
-    struct iovec iov[2] = {{&r->msg, sizeof(r->msg)}, {NULL, 0}};
-    res = weft_socket_move(c->ctrl_fd, 0, iov, &r->ctrl_done, &err);
-    if (res != ncclSuccess) return weft__ns_comm_fail(c, res, err, "receiving");
+    WEFT_CHECK(ctrl_fill(c));
+    r->ctrl_done += ctrl_take(c, (char *)&r->msg + r->ctrl_done, sizeof(r->msg) - r->ctrl_done);
     if (r->ctrl_done < sizeof(r->msg)) return ncclSuccess;
     WEFT_CHECK(ctrl_header(c, r));
   }
   size_t data = (r->msg.flags & WEFT_NS_MSG_INLINE) ? r->size : 0;
-  if (data > 0) {
-    size_t got = r->ctrl_done - sizeof(r->msg);
-    struct iovec iov[2] = {{r->data, data}, {NULL, 0}};
-    res = weft_socket_move(c->ctrl_fd, 0, iov, &got, &err);
-    r->ctrl_done = sizeof(r->msg) + got;
-    if (res != ncclSuccess) return weft__ns_comm_fail(c, res, err, "receiving");
+  size_t got = r->ctrl_done - sizeof(r->msg);
+  if (got < data) got += ctrl_take(c, r->data + got, data - got);
+  if (got < data) {
+    struct iovec iov[2] = {{r->data + got, data - got}, {NULL, 0}};
+    size_t more = 0;
+    int err = 0;
+    ncclResult_t res = weft_socket_move(c->ctrl_fd, 0, iov, &more, &err);
+    got += more;
+    if (res != ncclSuccess) {
+      r->ctrl_done = sizeof(r->msg) + got;
+      return weft__ns_comm_fail(c, res, err, "receiving");
+    }
   }
-  *finished = r->ctrl_done == sizeof(r->msg) + data;
+  r->ctrl_done = sizeof(r->msg) + got;
+  *finished = got == data;
   return ncclSuccess;
 }
 
@@ -250,18 +284,33 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes) {
   return ncclSuccess;
 }
 
+void weft_net_socket_set_inline(void *send_comm, size_t bytes) {
+  struct weft_ns_comm *c = send_comm;
+  c->inline_max = bytes;
+}
+
 int weft_net_socket_wait_fd(void *request) {
   struct weft_ns_request *r = request;
   struct weft_ns_comm *c = r->comm;
-  if (r->stage == WEFT_NS_CTRL) return r->is_send ? -1 : c->ctrl_fd;
+  /* The control socket wakes the waiter only while this request's control
+   * part is what waits: else it is writable (or holds the next header)
+   * all the time. */
+  int want = r->stage != WEFT_NS_CTRL ? 0 : r->is_send ? EPOLLOUT : EPOLLIN;
+  if (want != c->ctrl_armed) {
+    struct epoll_event ev = {.events = (uint32_t)want, .data.fd = c->ctrl_fd};
+    if (epoll_ctl(c->wait_fd, EPOLL_CTL_MOD, c->ctrl_fd, &ev) != 0) return -1;
+    c->ctrl_armed = want;
+  }
   /* Drain, then look: a chunk that finishes after the look signals again,
    * one that finished before it is seen here. */
   uint64_t v;
   while (read(c->done_fd, &v, sizeof(v)) > 0) {
   }
-  if (atomic_load(&r->pending) == 0 || atomic_load(&c->err) != ncclSuccess) {
+  int ready = r->stage == WEFT_NS_CTRL ? !r->is_send && c->roff < c->rlen /* read ahead */
+                                       : atomic_load(&r->pending) == 0;
+  if (ready || atomic_load(&c->err) != ncclSuccess) {
     v = 1;
     (void)!write(c->done_fd, &v, sizeof(v));
   }
-  return c->done_fd;
+  return c->wait_fd;
 }

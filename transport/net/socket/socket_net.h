@@ -118,10 +118,16 @@ struct weft_ns_comm {
   _Atomic int stop;
   int next_sock; /* round-robin deal, the same on both ends */
   struct weft_ns_request reqs[WEFT_NS_MAX_REQUESTS];
+  /* Control bytes read ahead: one recv takes a header and a small
+   * message's data together (latency). */
+  char rbuf[4096];
+  size_t rlen, roff;
   uint64_t posted;   /* requests posted so far */
   uint64_t ctrl_seq; /* the oldest request whose control part is not done */
   _Atomic int err;   /* the first error (ncclResult_t); the comm is dead after it */
   int done_fd;       /* eventfd: a request's last chunk finished */
+  int wait_fd;       /* epoll: done_fd, and the control socket while armed */
+  int ctrl_armed;    /* the control socket's events in wait_fd now */
 };
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, bounded as NCCL does. */
@@ -159,9 +165,13 @@ ncclResult_t weft__ns_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
 ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes);
 
 /* For the host engine's conn transport (transport/net/net_conn.c): a
- * descriptor that polls readable when req can move on (its data arrived
- * on the control socket, or its last chunk finished); -1 when none fits
- * (a blocked control send). Never blocks. */
+ * descriptor (the comm's epoll set) that polls readable when req can move
+ * on: its control part can move (the control socket is readable, or
+ * writable for a send), or a chunk finished. Never blocks. */
 int weft_net_socket_wait_fd(void *request);
+/* Sends of at most bytes go whole on send_comm's control socket, moved by
+ * the caller's thread; larger ones go in chunks through the helper
+ * threads. Default: WEFT_NS_MIN_CHUNK. */
+void weft_net_socket_set_inline(void *send_comm, size_t bytes);
 
 #endif
