@@ -200,6 +200,37 @@ START_TEST(test_proxy_loopback) {
 }
 END_TEST
 
+/* A "kernel" that published its last slots and ended: drain returns once
+ * the proxy moved them all (a destroy then closes nothing in flight), and
+ * gives up after its timeout when a slot never comes. */
+START_TEST(test_proxy_drain) {
+  struct pair p;
+  pair_open(&p);
+  const struct weft_proxy_op ops[] = {{L_SEND, NSLOTS}, {L_RECV, NSLOTS}};
+  weft_proxy_post(p.pc, ops, 2);
+  for (uint64_t pos = 0; pos < NSLOTS; pos++) {
+    memset(p.send.slots + pos * SLOT, (int)pos + 1, SLOT);
+    p.send.sizes[pos] = SLOT;
+    __atomic_store_n(p.send.tail, pos + 1, __ATOMIC_RELEASE);
+  }
+  ck_assert_int_eq(weft_proxy_comm_drain(p.pc, 20), ncclSuccess);
+  ck_assert_uint_eq(weft_proxy_link_done(p.pc, L_SEND), NSLOTS);
+  ck_assert_uint_eq(weft_proxy_link_done(p.pc, L_RECV), NSLOTS);
+  ck_assert_uint_eq(*p.recv.tail, NSLOTS);
+  for (int pos = 0; pos < NSLOTS; pos++)
+    ck_assert_int_eq(p.recv.slots[pos * SLOT + SLOT - 1], pos + 1);
+  const struct weft_proxy_op more = {L_RECV, 1};
+  weft_proxy_post(p.pc, &more, 1);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  ck_assert_int_eq(weft_proxy_comm_drain(p.pc, 0.2), ncclRemoteError);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  ck_assert_msg(took >= 0.2 && took < 2, "drain gave up after %.3f s, expected 0.2", took);
+  pair_close(&p);
+}
+END_TEST
+
 /* The sender closes its end while a receive is pending: the proxy writes
  * the receive link's failure word, and posts after that are dropped. */
 START_TEST(test_proxy_peer_closed) {
@@ -224,6 +255,7 @@ int main(void) {
   tcase_add_test(tc, test_ops_p2p);
   tcase_add_test(tc, test_ops_ring);
   tcase_add_test(tc, test_proxy_loopback);
+  tcase_add_test(tc, test_proxy_drain);
   tcase_add_test(tc, test_proxy_peer_closed);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

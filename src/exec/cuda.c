@@ -327,6 +327,7 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   /* Kernels still reading the inbox or the plans must end first; with the
    * abort word set they end within one poll. */
   cudaEventSynchronize(e->last);
+  if (!abort) weft_cuda_net_drain(e->net); /* the last slots the kernels published */
   engine_free(e, comm->nranks);
 }
 

@@ -194,6 +194,10 @@ oom:
   return ncclSystemError;
 }
 
+void weft_cuda_net_drain(struct weft_cuda_net *n) {
+  if (n != NULL) (void)weft_proxy_comm_drain(n->proxy, (double)weft_param_int(WEFT_PARAM_TIMEOUT));
+}
+
 void weft_cuda_net_destroy(struct weft_cuda_net *n) {
   if (n == NULL) return;
   /* The proxy lets go of the FIFOs before they close. */

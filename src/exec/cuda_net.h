@@ -34,6 +34,10 @@ int weft_cuda_net_max_channels(void);
 ncclResult_t weft_cuda_net_create(struct ncclComm *comm, const unsigned char *net_peer,
                                   const struct weft_dev_conns *conns, uint64_t *error,
                                   const volatile uint32_t *abort, struct weft_cuda_net **out);
+/* Before a destroy that is not an abort, once the kernels ended: waits
+ * (WEFT_TIMEOUT at most) until the proxy sent the last slots they
+ * published. NULL net: nothing. */
+void weft_cuda_net_drain(struct weft_cuda_net *net);
 void weft_cuda_net_destroy(struct weft_cuda_net *net);
 
 /* The ops a launch of plan posts (p2p: a send/recv plan), kept with the

@@ -216,6 +216,35 @@ void weft_proxy_post(struct weft_proxy_comm *pc, const struct weft_proxy_op *ops
   pthread_mutex_unlock(&p->mu);
 }
 
+/* Whether pc has nothing left to move (p->mu held). */
+static int comm_drained(const struct weft_proxy_comm *pc) {
+  if (pc->failed) return 1;
+  for (int i = 0; i < pc->nlinks; i++)
+    if (pc->links[i] != NULL && pc->links[i]->done < pc->target[i]) return 0;
+  return 1;
+}
+
+ncclResult_t weft_proxy_comm_drain(struct weft_proxy_comm *pc, double timeout_s) {
+  struct weft_proxy *p = pc->proxy;
+  if (p == NULL) return ncclSuccess;
+  uint64_t deadline = now_ns() + (uint64_t)(timeout_s * 1e9);
+  for (;;) {
+    pthread_mutex_lock(&p->mu);
+    int drained = comm_drained(pc);
+    pthread_mutex_unlock(&p->mu);
+    if (drained) return ncclSuccess;
+    if (now_ns() > deadline) {
+      WARN(
+          "rank %d: proxy: net links still had slots to move %.0f s after the last kernel "
+          "ended (WEFT_TIMEOUT); closing them",
+          pc->rank, timeout_s);
+      return ncclRemoteError;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 uint64_t weft_proxy_link_done(struct weft_proxy_comm *pc, uint32_t index) {
   struct weft_proxy *p = pc->proxy;
   if (p != NULL) pthread_mutex_lock(&p->mu);

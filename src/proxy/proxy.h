@@ -59,6 +59,12 @@ ncclResult_t weft_proxy_comm_start(struct weft_proxy_comm *pc);
 /* Posts ops (thread-safe; no CUDA call, no wait: a CUDA host function may
  * call it). Ignored once the communicator failed. */
 void weft_proxy_post(struct weft_proxy_comm *pc, const struct weft_proxy_op *ops, int n);
+/* Waits (sleeping, at most timeout_s seconds) until every link moved all
+ * the slots posted to it, or the communicator failed: a kernel that ended
+ * has handed its last slots to the proxy, not yet to the network, so a
+ * communicator is drained before its links close. ncclRemoteError (WARN)
+ * when time ran out. */
+ncclResult_t weft_proxy_comm_drain(struct weft_proxy_comm *pc, double timeout_s);
 /* Slots link `index` has moved in all (for tests and messages). */
 uint64_t weft_proxy_link_done(struct weft_proxy_comm *pc, uint32_t index);
 /* Takes the communicator off its proxy (the thread stops with the last)
