@@ -31,8 +31,11 @@
 /* The largest message: the host engine's reduce pieces (256 KiB) are then
  * received in place, and a step (512 KiB) is two messages in flight. */
 #define MSG_MAX (256 * 1024)
-/* Messages in flight per send conn. */
+/* Messages in flight per send conn, and receives per recv conn (a
+ * receive is posted once the previous one's size is known, so the next
+ * header is read while the chunks before it still move). */
 #define SEND_INFLIGHT 4
+#define RECV_INFLIGHT 4
 /* Longest nap while a connection is being set up. */
 #define SETUP_NAP_MAX_US 2000
 
@@ -49,8 +52,11 @@ struct net_conn {
   size_t slen[SEND_INFLIGHT];
   int shead, scount;
   const char *sbuf;
-  /* recv: one receive in flight, direct or into the bounce buffer */
-  void *rreq;
+  /* recv: receives in flight, oldest first: several straight into the
+   * caller's buffer, or one into the bounce buffer */
+  void *rreq[RECV_INFLIGHT];
+  size_t roff[RECV_INFLIGHT]; /* where in the caller's buffer each lands */
+  int rhead, rcount;
   int rdirect;
   char *bounce;
   size_t bounce_len, bounce_off;
@@ -200,6 +206,41 @@ static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_
   return net_conn_closed(conn, res);
 }
 
+/* Posts a receive at buf + off: straight there, or into the bounce buffer
+ * when fewer than MSG_MAX bytes are wanted (a message might not fit). */
+static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t bytes, size_t off,
+                                       int direct) {
+  if (!direct && p->bounce == NULL && (p->bounce = malloc(MSG_MAX)) == NULL) {
+    WARN("net_socket: out of memory for the receive buffer from %s", p->what);
+    return ncclSystemError;
+  }
+  void *data = direct ? buf + off : p->bounce;
+  size_t size = direct ? bytes - off : MSG_MAX;
+  int tag = 0;
+  void *req = NULL;
+  WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &req));
+  if (req == NULL) return ncclSuccess;
+  int slot = (p->rhead + p->rcount++) % RECV_INFLIGHT;
+  p->rreq[slot] = req;
+  p->roff[slot] = off;
+  p->rdirect = direct;
+  return ncclSuccess;
+}
+
+/* Posts what can be posted now: a first receive, or one more straight
+ * into the buffer once the newest one's size is known. Every receive
+ * posted lands inside this call's buffer: messages are at most MSG_MAX. */
+static ncclResult_t net_conn_recv_more(struct net_conn *p, char *buf, size_t bytes, size_t done) {
+  if (p->rcount == 0) return net_conn_recv_post(p, buf, bytes, done, bytes - done >= MSG_MAX);
+  if (!p->rdirect || p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
+  int newest = (p->rhead + p->rcount - 1) % RECV_INFLIGHT;
+  size_t size;
+  if (!weft_net_socket_recv_size(p->rreq[newest], &size)) return ncclSuccess;
+  size_t next = p->roff[newest] + size;
+  if (bytes - next < MSG_MAX) return ncclSuccess;
+  return net_conn_recv_post(p, buf, bytes, next, 1);
+}
+
 static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t bytes, size_t *done) {
   while (*done < bytes) {
     if (p->bounce_off < p->bounce_len) {
@@ -210,24 +251,14 @@ static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t byt
       *done += n;
       continue;
     }
-    if (p->rreq == NULL) {
-      size_t want = bytes - *done;
-      p->rdirect = want >= MSG_MAX;
-      if (!p->rdirect && p->bounce == NULL && (p->bounce = malloc(MSG_MAX)) == NULL) {
-        WARN("net_socket: out of memory for the receive buffer from %s", p->what);
-        return ncclSystemError;
-      }
-      void *data = p->rdirect ? buf + *done : p->bounce;
-      size_t size = p->rdirect ? want : MSG_MAX;
-      int tag = 0;
-      WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &p->rreq));
-      if (p->rreq == NULL) return ncclSuccess;
-    }
+    WEFT_CHECK(net_conn_recv_more(p, buf, bytes, *done));
+    if (p->rcount == 0) return ncclSuccess;
     int fin = 0;
     size_t got = 0;
-    WEFT_CHECK(p->net->test(p->rreq, &fin, &got));
-    if (!fin) return ncclSuccess;
-    p->rreq = NULL;
+    WEFT_CHECK(p->net->test(p->rreq[p->rhead], &fin, &got));
+    if (!fin) return net_conn_recv_more(p, buf, bytes, *done);
+    p->rhead = (p->rhead + 1) % RECV_INFLIGHT;
+    p->rcount--;
     if (p->rdirect)
       *done += got;
     else
@@ -243,7 +274,8 @@ static ncclResult_t net_conn_recv(struct weft_conn *conn, void *buf, size_t byte
 static int net_conn_wait_fd(const struct weft_conn *conn) {
   const struct net_conn *p = conn->priv;
   if (p == NULL || p->net != &weft_net_socket) return -1;
-  void *req = conn->dir == WEFT_CONN_SEND ? (p->scount ? p->sreq[p->shead] : NULL) : p->rreq;
+  void *req = conn->dir == WEFT_CONN_SEND ? (p->scount ? p->sreq[p->shead] : NULL)
+                                          : (p->rcount ? p->rreq[p->rhead] : NULL);
   return req ? weft_net_socket_wait_fd(req) : -1;
 }
 

@@ -22,11 +22,13 @@ void weft__ns_sock_counts(int *nthreads_out, int *nsocks_out) {
   int64_t s = weft_param_int(WEFT_PARAM_NSOCKS_PERTHREAD);
   if (t * s > WEFT_NS_MAX_SOCKS) {
     /* NCCL's rule: the product is capped by lowering sockets per thread. */
+    static atomic_int warned;
     int64_t cap = WEFT_NS_MAX_SOCKS / t;
-    WARN(
-        "NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld is over %d sockets per "
-        "connection; using %lld sockets per thread",
-        (long long)t, (long long)s, WEFT_NS_MAX_SOCKS, (long long)cap);
+    if (atomic_fetch_add(&warned, 1) == 0)
+      WARN(
+          "NCCL_SOCKET_NTHREADS=%lld x NCCL_NSOCKS_PERTHREAD=%lld is over %d sockets per "
+          "connection; using %lld sockets per thread",
+          (long long)t, (long long)s, WEFT_NS_MAX_SOCKS, (long long)cap);
     s = cap;
   }
   *nthreads_out = (int)t;
@@ -282,6 +284,13 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes) {
   if (sizes != NULL) sizes[0] = r->size;
   r->used = 0;
   return ncclSuccess;
+}
+
+int weft_net_socket_recv_size(void *request, size_t *size_out) {
+  const struct weft_ns_request *r = request;
+  if (r->stage != WEFT_NS_CHUNKS) return 0;
+  *size_out = r->size;
+  return 1;
 }
 
 void weft_net_socket_set_inline(void *send_comm, size_t bytes) {

@@ -23,6 +23,8 @@
 /* Accepted sockets waiting for their hello or for their comm's others. */
 #define MAX_PENDING 256
 #define RETRY_MAX_MS 100
+/* A connect not called again for this long was abandoned. */
+#define ABANDONED_MS 60000
 
 struct pending {
   int fd;
@@ -45,6 +47,7 @@ struct connecting {
   struct weft_ns_hello hello;
   int nsocks, nthreads;
   int64_t deadline_ms;
+  int64_t touched_ms; /* the last connect call for it */
   int fds[WEFT_NS_MAX_SOCKS + 1];
   int connected[WEFT_NS_MAX_SOCKS + 1];
   size_t sent[WEFT_NS_MAX_SOCKS + 1];
@@ -218,6 +221,20 @@ static void connecting_free(struct connecting *k) {
   free(k);
 }
 
+/* Frees the entries nobody has called connect for in a while: their
+ * caller gave up (an abort) and will not come back for them. */
+static void connecting_sweep(int64_t now) {
+  for (struct connecting **pp = &connecting_list; *pp != NULL;) {
+    struct connecting *k = *pp;
+    if (now - k->touched_ms > ABANDONED_MS) {
+      *pp = k->next;
+      connecting_free(k);
+    } else {
+      pp = &k->next;
+    }
+  }
+}
+
 /* The entry for handle h, made on the first call. */
 static ncclResult_t connecting_get(const struct weft_ns_handle *h, struct connecting **out) {
   for (struct connecting *k = connecting_list; k != NULL; k = k->next)
@@ -309,7 +326,9 @@ ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
   }
   pthread_mutex_lock(&connecting_lock);
   struct connecting *k = NULL;
+  connecting_sweep(weft_time_ms());
   ncclResult_t res = connecting_get(&h, &k);
+  if (k != NULL) k->touched_ms = weft_time_ms();
   int ready = 0;
   for (int i = 0; res == ncclSuccess && i <= k->nsocks; i++) {
     int one = 0;

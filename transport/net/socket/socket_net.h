@@ -169,6 +169,9 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes);
  * on: its control part can move (the control socket is readable, or
  * writable for a send), or a chunk finished. Never blocks. */
 int weft_net_socket_wait_fd(void *request);
+/* Whether receive request's size is known yet (its header is in): then
+ * *size_out is the bytes that arrive. */
+int weft_net_socket_recv_size(void *request, size_t *size_out);
 /* Sends of at most bytes go whole on send_comm's control socket, moved by
  * the caller's thread; larger ones go in chunks through the helper
  * threads. Default: WEFT_NS_MIN_CHUNK. */
