@@ -8,6 +8,7 @@
  * Under mpirun (built with MPI): MPI rank 0 makes the id and broadcasts it. */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -71,6 +72,16 @@ static void child_main(const struct bench_args *a, bench_proc_fn fn, int fd, int
   ncclUniqueId id;
   int rc = BENCH_EXIT_ERROR;
 
+  /* WEFT_BENCH_HOSTS=1: each process is a host of its own (NCCL_HOSTID
+   * "<NCCL_HOSTID or weft-bench>-<process>", set before weft reads it), so
+   * ranks of different processes talk over the network, as across hosts. */
+  const char *hosts = getenv("WEFT_BENCH_HOSTS");
+  if (hosts != NULL && strcmp(hosts, "1") == 0) {
+    const char *base = getenv("NCCL_HOSTID");
+    char host[256];
+    snprintf(host, sizeof(host), "%s-%d", base != NULL ? base : "weft-bench", proc);
+    setenv("NCCL_HOSTID", host, 1);
+  }
   if (read_full(fd, &id, sizeof(id)) == 0) rc = fn(a, &id, proc, a->nprocs, proc);
   close(fd);
   exit(rc);

@@ -262,7 +262,7 @@ ncclResult_t weft_socket_listen(union weft_sockaddr *addr_inout, int *fd_out) {
 }
 
 /* Errors after which the peer may still come up: we retry them. */
-static int connect_retryable(int err) {
+int weft_socket_connect_retryable(int err) {
   return err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
          err == ECONNRESET || err == EAGAIN || err == EINTR;
 }
@@ -294,6 +294,30 @@ static int connect_once(const union weft_sockaddr *addr, int64_t deadline_ms, in
   return 0;
 }
 
+int weft_socket_connect_start(const union weft_sockaddr *addr, int *fd_out) {
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno;
+  if (connect(fd, &addr->sa, sockaddr_len(addr)) != 0 && errno != EINPROGRESS && errno != EINTR) {
+    int err = errno;
+    close(fd);
+    return err;
+  }
+  set_nodelay(fd);
+  *fd_out = fd;
+  return 0;
+}
+
+int weft_socket_connect_poll(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLOUT};
+  int n = poll(&p, 1, 0);
+  if (n < 0) return errno == EINTR ? EINPROGRESS : errno;
+  if (n == 0) return EINPROGRESS;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  return err;
+}
+
 ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, int64_t deadline_ms,
                                  int *fd_out) {
   char text[INET6_ADDRSTRLEN + 16];
@@ -302,7 +326,7 @@ ncclResult_t weft_socket_connect(const union weft_sockaddr *addr, int64_t deadli
   for (;;) {
     int err = connect_once(addr, deadline_ms, fd_out);
     if (err == 0) return ncclSuccess;
-    if (!connect_retryable(err)) {
+    if (!weft_socket_connect_retryable(err)) {
       WARN("connect to %s failed: %s", weft_sockaddr_str(addr, text, sizeof(text)), strerror(err));
       return ncclSystemError;
     }
@@ -345,6 +369,19 @@ ncclResult_t weft_socket_accept(int listen_fd, int64_t deadline_ms, int *fd_out)
       WARN("poll on listening socket %d failed: %s", listen_fd, strerror(errno));
       return ncclSystemError;
     }
+  }
+}
+
+int weft_socket_try_accept(int listen_fd, int *fd_out) {
+  for (;;) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      set_nodelay(fd);
+      *fd_out = fd;
+      return 0;
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    return errno == EWOULDBLOCK ? EAGAIN : errno;
   }
 }
 
@@ -414,6 +451,45 @@ ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t size, size_t 
 
 ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t size, size_t *done, const char *what) {
   return xfer_some(fd, 0, buf, size, done, what);
+}
+
+ncclResult_t weft_socket_move(int fd, int is_send, const struct iovec iov[2], size_t *done,
+                              int *err_out) {
+  size_t total = iov[0].iov_len + iov[1].iov_len;
+  while (*done < total) {
+    struct iovec v[2];
+    int nv = 0;
+    size_t skip = *done;
+    for (int i = 0; i < 2; i++) {
+      if (skip >= iov[i].iov_len) {
+        skip -= iov[i].iov_len;
+        continue;
+      }
+      v[nv].iov_base = (char *)iov[i].iov_base + skip;
+      v[nv++].iov_len = iov[i].iov_len - skip;
+      skip = 0;
+    }
+    struct msghdr m = {.msg_iov = v, .msg_iovlen = (size_t)nv};
+    ssize_t n =
+        is_send ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
+    if (n > 0) {
+      *done += (size_t)n;
+      /* Short: the socket had no more (or no more room) just now; another
+       * call would most likely cost a syscall for EAGAIN. */
+      size_t asked = v[0].iov_len + (nv > 1 ? v[1].iov_len : 0);
+      if ((size_t)n < asked) return ncclSuccess;
+      continue;
+    }
+    if (n == 0) {
+      *err_out = 0;
+      return ncclRemoteError;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return ncclSuccess;
+    *err_out = errno;
+    return errno == EPIPE || errno == ECONNRESET ? ncclRemoteError : ncclSystemError;
+  }
+  return ncclSuccess;
 }
 
 ncclResult_t weft_socket_set_data_opts(int fd) {

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "nccl.h"
 
@@ -54,6 +55,30 @@ ncclResult_t weft_socket_recv_all(int fd, void *buf, size_t size, int64_t deadli
 ncclResult_t weft_socket_send_some(int fd, const void *buf, size_t size, size_t *done,
                                    const char *what);
 ncclResult_t weft_socket_recv_some(int fd, void *buf, size_t size, size_t *done, const char *what);
+
+/* The pieces the network (transport/net/socket/) drives without blocking
+ * and without logging: it reports one error per connection itself.
+ *
+ * Starts a non-blocking connect: 0 with *fd_out (connected or in
+ * progress), else an errno value. */
+int weft_socket_connect_start(const union weft_sockaddr *addr, int *fd_out);
+/* Whether a started connect finished: 0 connected, EINPROGRESS not yet,
+ * else its errno value. */
+int weft_socket_connect_poll(int fd);
+/* Whether the peer may still come up after this connect error (refused,
+ * unreachable, reset): worth another attempt. */
+int weft_socket_connect_retryable(int err);
+/* Accepts one waiting connection: 0 with *fd_out, EAGAIN when none waits,
+ * else an errno value. */
+int weft_socket_try_accept(int listen_fd, int *fd_out);
+/* Moves what the socket takes or gives now of the two-part buffer
+ * iov[0..1] (a message header and its data), adding to *done; stops at the
+ * first short transfer (the socket is drained or full); no WARN.
+ * ncclRemoteError when the peer closed or reset (*err_out: 0 for an orderly
+ * close, else the errno), ncclSystemError for a local failure (*err_out:
+ * the errno). */
+ncclResult_t weft_socket_move(int fd, int is_send, const struct iovec iov[2], size_t *done,
+                              int *err_out);
 
 /* Sets O_NONBLOCK, TCP_NODELAY and CLOEXEC as the data path wants. */
 ncclResult_t weft_socket_set_data_opts(int fd);

@@ -99,7 +99,7 @@ static ncclResult_t wait_sleep(struct weft_progress_wait *w, struct weft_xfer *c
       wait_nap(w);
       return ncclSuccess;
     }
-    p[np++] = (struct pollfd){.fd = fd, .events = c->dir == WEFT_CONN_SEND ? POLLOUT : POLLIN};
+    p[np++] = (struct pollfd){.fd = fd, .events = POLLIN};
   }
   if (poll(p, (nfds_t)np, max_ms) < 0 && errno != EINTR) {
     WARN("rank %d: poll on connections failed: %s", x[0]->conn->rank, strerror(errno));

@@ -26,6 +26,8 @@ struct weft_conn {
   uint64_t comm_hash;
   const _Atomic int *abort_flag; /* the communicator's; waits give up when set */
   void *priv;                    /* the transport's state */
+  int local_ranks; /* the communicator's ranks on this host: transports with
+                      helper threads size them by the cores left */
   /* The host engine's: which lane of which plan run uses the conn, so two
    * lanes never interleave their bytes on one FIFO. Transports ignore it. */
   uint64_t user_run;
@@ -53,8 +55,9 @@ struct weft_transport_ops {
   /* Non-blocking: moves what can move now and adds it to *done. */
   ncclResult_t (*send)(struct weft_conn *conn, const void *buf, size_t bytes, size_t *done);
   ncclResult_t (*recv)(struct weft_conn *conn, void *buf, size_t bytes, size_t *done);
-  /* A file descriptor that polls readable/writable when the conn can move,
-   * or -1 when the transport has none (the caller then yields and sleeps). */
+  /* A file descriptor that polls readable (for sends too: an eventfd) when
+   * the conn can move, or -1 when the transport has none now (the caller
+   * then yields and naps). */
   int (*wait_fd)(const struct weft_conn *conn);
   ncclResult_t (*close)(struct weft_conn *conn);
 };

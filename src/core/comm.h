@@ -71,6 +71,9 @@ struct ncclComm {
   /* CTAs one launch of the CUDA engine may use: the device's SMs shared
    * by the ranks on it, whose kernels must all run at once (0: no engine). */
   int cuda_max_lanes;
+  /* The CUDA engine reaches some peer over net links (exec/cuda_net.h):
+   * Simple only (LL's flags cannot cross the network). */
+  int cuda_net_links;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

@@ -49,12 +49,16 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
          need->peer, need->channel);
     return ncclSystemError;
   }
+  int local = 0;
+  for (int r = 0; r < comm->nranks; r++)
+    local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
   *c = (struct weft_conn){.dir = need->dir,
                           .rank = comm->rank,
                           .peer = need->peer,
                           .channel = need->channel,
                           .comm_hash = comm->comm_hash,
-                          .abort_flag = &comm->abort_flag};
+                          .abort_flag = &comm->abort_flag,
+                          .local_ranks = local};
   *out = c;
   return ncclSuccess;
 }
@@ -88,8 +92,8 @@ static ncclResult_t conn_channel(struct ncclComm *comm, int channel,
 }
 
 static ncclResult_t conn_check_need(const struct ncclComm *comm, const struct weft_conn_need *n) {
-  if (n->channel >= 0 && n->channel < WEFT_MAX_CHANNELS && n->peer >= 0 &&
-      n->peer < comm->nranks && n->peer != comm->rank)
+  if (n->channel >= 0 && n->channel < WEFT_MAX_CHANNELS && n->peer >= 0 && n->peer < comm->nranks &&
+      n->peer != comm->rank)
     return ncclSuccess;
   WARN("rank %d: a plan needs a link with rank %d on channel %d (nranks %d, channels < %d)",
        comm->rank, n->peer, n->channel, comm->nranks, WEFT_MAX_CHANNELS);
@@ -148,9 +152,10 @@ static ncclResult_t conn_setup_recv(struct ncclComm *comm, struct conn_link *l) 
   ncclResult_t res = c->ops->setup(c, l->msg.handle);
   if (res == ncclSystemError && id == CONN_SHM && errno == ENOSPC) {
     if (!comm->shm_fallback_warned)
-      WARN("rank %d: no room in %s for shared memory with rank %d (channel %d); using sockets "
-           "for links that do not fit (reported once)",
-           comm->rank, "/dev/shm", c->peer, c->channel);
+      WARN(
+          "rank %d: no room in %s for shared memory with rank %d (channel %d); using sockets "
+          "for links that do not fit (reported once)",
+          comm->rank, "/dev/shm", c->peer, c->channel);
     comm->shm_fallback_warned = 1;
     id = CONN_NET_SOCKET;
     c->ops = conn_transports[id];

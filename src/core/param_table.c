@@ -69,6 +69,14 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
     [WEFT_PARAM_CUDA_ENGINE] =
         BOOL_ROW("WEFT_CUDA_ENGINE", 1,
                  "0: never run CUDA kernels; device buffers are staged through host memory"),
+    [WEFT_PARAM_NET_GPU] =
+        BOOL_ROW("WEFT_NET_GPU", 1,
+                 "GPU ranks on other hosts: 1 runs kernels over net links driven by the proxy "
+                 "thread; 0 stages device buffers through host memory (the host engine)"),
+    [WEFT_PARAM_NET_GPU_NCHANNELS] =
+        INT_ROW("WEFT_NET_GPU_NCHANNELS", 2, 1, 16, "2",
+                "most channels of a CUDA-engine communicator with net links (each channel "
+                "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_COMM_ID] =
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
@@ -77,6 +85,20 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         STR_ROW("WEFT_COMM_SECRET", "(none: anyone who reaches the port may join; said at INFO)",
                 "with NCCL_COMM_ID: a string every rank of the job sets alike; only ranks "
                 "presenting it may register (never logged)"),
+    [WEFT_PARAM_SOCKET_NTHREADS] =
+        INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16, "2",
+                "helper threads per socket network connection (net/socket); each moves the "
+                "chunks of large messages on its NCCL_NSOCKS_PERTHREAD sockets"),
+    [WEFT_PARAM_NSOCKS_PERTHREAD] =
+        INT_ROW("NCCL_NSOCKS_PERTHREAD", 1, 1, 64, "1",
+                "data sockets each socket network helper thread owns; threads x sockets is "
+                "capped at 64 (sockets per thread lowered, with a WARN)"),
+    [WEFT_PARAM_SOCKET_HOST_THREADS] =
+        INT_ROW("WEFT_SOCKET_HOST_THREADS", -1, -1, 1,
+                "-1 (when the host has a core for each local rank and each of its helper threads)",
+                "host ranks' socket links: 1 moves messages over 64 KiB through the socket "
+                "network's helper threads and data sockets, 0 moves every message on the "
+                "control socket from the rank's own thread (one stream per link)"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",

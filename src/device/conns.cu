@@ -70,7 +70,7 @@ extern "C" struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox 
   char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * layout->nslots * layout->ll_slot_bytes;
   char *slots = (char *)base + inbox_ctrl_bytes(*layout) + inbox_ll_bytes(*layout) +
                 i * layout->nslots * layout->slot_bytes;
-  return weft_dev_link{slots, ctrl, ctrl + 16, ll, 0};
+  return weft_dev_link{slots, ctrl, ctrl + 16, ll, NULL, 0};
 }
 
 static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
@@ -111,6 +111,16 @@ extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
   }
   c.recv = c.send + n;
   *out = c;
+  return ncclSuccess;
+}
+
+extern "C" ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer,
+                                                int channel, int is_send,
+                                                const struct weft_dev_link *link) {
+  size_t i = (size_t)peer * conns->nchannels + channel;
+  weft_dev_link *at = (is_send ? conns->send : conns->recv) + i;
+  DEV_CUDA(cudaMemcpy(at, link, sizeof(*link), cudaMemcpyHostToDevice),
+           "setting a link's table entry");
   return ncclSuccess;
 }
 

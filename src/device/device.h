@@ -39,6 +39,10 @@ struct weft_dev_link {
   uint64_t *head;
   uint64_t *tail;
   char *ll; /* LL slots: only LL ever writes them, so no stale flag is data */
+  /* Bytes the sender put in each Simple slot, written before the tail's
+   * release: a net link's proxy sends that many (src/proxy/). NULL on the
+   * links where the receiving kernel reads the slot itself. */
+  uint32_t *sizes;
   /* The two ends are on different GPUs: the counters are released and
    * acquired at system scope (the GPU scope orders one GPU's threads only). */
   uint32_t sys;
@@ -139,6 +143,11 @@ struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox *layout, vo
 ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine, void *const *peer_bases,
                                   const unsigned char *cross, int rank, struct weft_dev_conns *out);
 void weft_dev_conns_destroy(struct weft_dev_conns *conns);
+/* Replaces one link of conns's device tables (the send link to peer, or
+ * the receive link from it, on channel): how a link of another transport
+ * (a net link in pinned host memory) takes the place of the inbox's. */
+ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer, int channel,
+                                     int is_send, const struct weft_dev_link *link);
 /* Reads the error word on stream (waits for that stream only). */
 ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, cudaStream_t stream,
                                   int *failed_out, int *rank_out);
@@ -189,6 +198,7 @@ enum weft_dev_error {
   WEFT_DEV_ERR_TIMEOUT = 0,  /* a wait passed conns.timeout_ns */
   WEFT_DEV_ERR_P2P_SIZE = 1, /* a send's byte count differs from the receive's */
   WEFT_DEV_ERR_P2P_STEP = 2, /* a receive found no send header: the ranks are out of step */
+  WEFT_DEV_ERR_NET = 3,      /* the proxy's network link to the peer failed (src/proxy/) */
 };
 #define WEFT_DEV_ERROR_WORD(reason, rank, peer)                                \
   (((uint64_t)(reason) << 56) | (((uint64_t)((peer) + 1) & 0xffffffu) << 32) | \

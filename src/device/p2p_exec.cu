@@ -75,7 +75,10 @@ __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_st
     copy_bytes(slot + (lo - so), src + (lo - P2P_HDR_BYTES), so + n - lo, t, EXEC_HALF);
     /* The barrier orders the half's copies before thread 0's release. */
     half_sync(1);
-    if (t == 0) st_release(c.tail, pos + 1, c.sys);
+    if (t == 0) {
+      if (c.sizes != NULL) c.sizes[pos % ns] = (uint32_t)n; /* released with the tail */
+      st_release(c.tail, pos + 1, c.sys);
+    }
   }
   return 1;
 }

@@ -266,7 +266,10 @@ __device__ inline int exec_send(const exec_args &x, const weft_dev_lane &l, cons
     copy_bytes(c.slots + (pos % ns) * sb, src + off, n, t, EXEC_HALF);
     /* The barrier orders the half's copies before thread 0's release. */
     half_sync(1);
-    if (t == 0) st_release(c.tail, pos + 1, c.sys);
+    if (t == 0) {
+      if (c.sizes != NULL) c.sizes[pos % ns] = (uint32_t)n; /* released with the tail */
+      st_release(c.tail, pos + 1, c.sys);
+    }
   }
   return 1;
 }

@@ -22,6 +22,7 @@
 #include "core/bootstrap.h"
 #include "core/device.h"
 #include "device/device.h"
+#include "exec/cuda_net.h"
 
 /* CUDA maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
  * queues (8 by default); two streams on one queue run in order. Ranks
@@ -59,8 +60,9 @@ struct plan_entry {
   struct plan_key key;
   struct weft_p2p *ops; /* send/recv plans: key.count ops (owned); else NULL */
   struct weft_dev_plan plan;
-  uint64_t used; /* launch number of its last use */
-  int in_graph;  /* launched during a stream capture: kept until destroy */
+  uint64_t used;                     /* launch number of its last use */
+  int in_graph;                      /* launched during a stream capture: kept until destroy */
+  struct weft_cuda_net_ops *net_ops; /* slots it moves on net links; NULL: none */
 };
 
 /* The host-mapped words a rank's kernels share with the host: abort
@@ -84,9 +86,11 @@ struct inbox_card {
 struct weft_cuda_engine {
   int dev;
   struct weft_dev_inbox inbox;
-  void **peer_bases;     /* nranks: this process's address of each peer's inbox */
-  unsigned char *opened; /* nranks: peer_bases[p] is a CUDA IPC mapping */
-  unsigned char *cross;  /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
+  void **peer_bases;         /* nranks: this process's address of each peer's inbox */
+  unsigned char *opened;     /* nranks: peer_bases[p] is a CUDA IPC mapping */
+  unsigned char *cross;      /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
+  unsigned char *net_peer;   /* nranks: peer p is on another host: net links (cuda_net.h) */
+  struct weft_cuda_net *net; /* NULL when no peer is */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
   struct engine_flags *flags;
@@ -191,6 +195,7 @@ static ncclResult_t map_peers(struct ncclComm *comm, struct weft_cuda_engine *e)
       res = ncclInvalidUsage;
       goto out;
     }
+    if (e->net_peer[p]) continue; /* reached over net links, not its inbox */
     if (c->pid == me->pid) {
       if (c->dev != e->dev) {
         cudaError_t err = cudaDeviceEnablePeerAccess(c->dev, 0);
@@ -213,12 +218,14 @@ out:
 }
 
 static void engine_free(struct weft_cuda_engine *e, int nranks) {
+  weft_cuda_net_destroy(e->net);
   for (int p = 0; p < nranks && e->opened != NULL; p++)
     if (e->opened[p]) cudaIpcCloseMemHandle(e->peer_bases[p]);
   weft_dev_conns_destroy(&e->conns);
   for (int i = 0; i < e->nplans; i++) {
     weft_dev_plan_free(&e->plans[i].plan);
     free(e->plans[i].ops);
+    weft_cuda_net_ops_free(e->plans[i].net_ops);
   }
   weft_dev_inbox_destroy(&e->inbox);
   weft_dev_barrier_destroy(e->barrier);
@@ -230,6 +237,7 @@ static void engine_free(struct weft_cuda_engine *e, int nranks) {
   free(e->peer_bases);
   free(e->opened);
   free(e->cross);
+  free(e->net_peer);
   free(e);
 }
 
@@ -240,10 +248,11 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
     e->peer_bases = calloc((size_t)comm->nranks, sizeof(*e->peer_bases));
     e->opened = calloc((size_t)comm->nranks, 1);
     e->cross = calloc((size_t)comm->nranks, 1);
+    e->net_peer = calloc((size_t)comm->nranks, 1);
     e->plans = calloc(PLAN_CACHE_MAX, sizeof(*e->plans));
   }
   if (e == NULL || e->peer_bases == NULL || e->opened == NULL || e->cross == NULL ||
-      e->plans == NULL) {
+      e->net_peer == NULL || e->plans == NULL) {
     WARN("rank %d: out of memory for the CUDA engine", comm->rank);
     if (e != NULL) engine_free(e, comm->nranks);
     return ncclSystemError;
@@ -263,6 +272,9 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   int nch = weft_tune_max_channels(1);
   if (nch > max_lanes) nch = max_lanes;
   if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
+  /* Each channel of a net peer is a network connection each way. */
+  int nnet = weft_cuda_net_peers(comm, e->net_peer);
+  if (nnet > 0 && nch > weft_cuda_net_max_channels()) nch = weft_cuda_net_max_channels();
   if (nch < 1) nch = 1;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
@@ -288,6 +300,11 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   e->conns.error = &flags_dev->error;
   e->conns.diag = &flags_dev->diag;
   e->conns.timeout_ns = (uint64_t)weft_param_int(WEFT_PARAM_TIMEOUT) * 1000000000ull;
+  if (nnet > 0)
+    res = weft_cuda_net_create(comm, e->net_peer, &e->conns, &e->flags->error,
+                               (const volatile uint32_t *)&e->flags->abort, &e->net);
+  if (res != ncclSuccess) goto err;
+  comm->cuda_net_links = nnet > 0;
   comm->cuda = e;
   comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;
@@ -310,6 +327,7 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   /* Kernels still reading the inbox or the plans must end first; with the
    * abort word set they end within one poll. */
   cudaEventSynchronize(e->last);
+  if (!abort) weft_cuda_net_drain(e->net); /* the last slots the kernels published */
   engine_free(e, comm->nranks);
 }
 
@@ -342,6 +360,15 @@ static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *ke
     }
     memcpy(ops_copy, ops, key->count * sizeof(*ops));
   }
+  /* What a launch of the plan posts to the proxy, kept with it. */
+  struct weft_cuda_net_ops *net_ops = NULL;
+  if (e->net != NULL) {
+    ncclResult_t r = weft_cuda_net_plan_ops(e->net, plan, ops != NULL, &net_ops);
+    if (r != ncclSuccess) {
+      free(ops_copy);
+      return r;
+    }
+  }
   /* A capturing caller's mode would forbid the upload's synchronization;
    * it happens on the side stream, outside the graph, so relax it. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -350,15 +377,15 @@ static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *ke
   ncclResult_t res = weft_dev_plan_upload(plan, e->side, &dp);
   cudaError_t err = res == ncclSuccess ? cudaStreamSynchronize(e->side) : cudaSuccess;
   cudaThreadExchangeStreamCaptureMode(&mode);
-  if (res != ncclSuccess) {
+  if (res != ncclSuccess || err != cudaSuccess) {
+    if (err != cudaSuccess) {
+      WARN("rank %d: CUDA engine: uploading a plan: %s", comm->rank, cudaGetErrorString(err));
+      weft_dev_plan_free_async(&dp, e->side);
+      res = ncclUnhandledCudaError;
+    }
     free(ops_copy);
+    weft_cuda_net_ops_free(net_ops);
     return res;
-  }
-  if (err != cudaSuccess) {
-    WARN("rank %d: CUDA engine: uploading a plan: %s", comm->rank, cudaGetErrorString(err));
-    weft_dev_plan_free_async(&dp, e->side);
-    free(ops_copy);
-    return ncclUnhandledCudaError;
   }
   struct plan_entry *slot = NULL;
   if (e->nplans < PLAN_CACHE_MAX) {
@@ -372,16 +399,19 @@ static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *ke
            comm->rank, PLAN_CACHE_MAX);
       weft_dev_plan_free_async(&dp, e->side);
       free(ops_copy);
+      weft_cuda_net_ops_free(net_ops);
       return ncclInternalError;
     }
     /* After the work already queued on this stream, which may use it. */
     weft_dev_plan_free_async(&slot->plan, stream);
     free(slot->ops);
+    weft_cuda_net_ops_free(slot->net_ops); /* posted at launch already: not read again */
   }
   memset(slot, 0, sizeof(*slot));
   slot->key = *key;
   slot->ops = ops_copy;
   slot->plan = dp;
+  slot->net_ops = net_ops;
   *out = slot;
   return ncclSuccess;
 }
@@ -520,8 +550,9 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
     if (scaled != NULL) in = scaled;
     op = ncclSum;
   }
-  ncclResult_t res =
-      weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op, s);
+  ncclResult_t res = weft_cuda_net_post(comm, entry->net_ops, s);
+  if (res == ncclSuccess)
+    res = weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op, s);
   /* Direct: the plan exchanged the inputs; the arrivals are reduced in
    * rank order by a second kernel in stream order. The host engine's
    * Direct also sends a call record ahead of the data (host_check.c) to
@@ -636,16 +667,19 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
   void *streams[WEFT_CUDA_FUSE_MAX];
   int nstreams = 0;
   struct weft_dev_fused_coll fc[WEFT_CUDA_FUSE_MAX];
+  struct plan_entry *entries[WEFT_CUDA_FUSE_MAX];
   weft_device_select(e->dev);
   for (int i = 0; i < n; i++) {
     const struct weft_cuda_call *c = &calls[i];
     struct plan_entry *entry;
     WEFT_CHECK(coll_plan(comm, c->coll, &c->args, c->algo, c->proto, s, &entry));
+    entries[i] = entry;
     fc[i] = (struct weft_dev_fused_coll){&entry->plan, c->coll->sendbuff, c->coll->recvbuff,
                                          c->coll->datatype, c->coll->op};
     nstreams = weft_cuda_stream_add(streams, nstreams, c->stream);
   }
   WEFT_CHECK(streams_join(comm, "a group's collectives", streams, nstreams, 1));
+  for (int i = 0; i < n; i++) WEFT_CHECK(weft_cuda_net_post(comm, entries[i]->net_ops, s));
   ncclResult_t res = weft_dev_fused_launch(fc, n, &e->conns, e->barrier, s);
   if (res != ncclSuccess) {
     WARN("rank %d: launching %d collectives of a group as one kernel failed", comm->rank, n);
@@ -674,6 +708,7 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
     plan_use(e, entry, s);
     res = stage_sends(comm, p, s, bufs, &copies);
   }
+  if (res == ncclSuccess) res = weft_cuda_net_post(comm, entry->net_ops, s);
   if (res == ncclSuccess) res = weft_dev_p2p_launch(&entry->plan, &e->conns, bufs, p->nops, s);
   if (copies != NULL) cudaFreeAsync(copies, s);
   free(bufs);
@@ -695,6 +730,12 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
       WARN(
           "rank %d: CUDA engine: rank %d received a send from rank %d whose byte count is not "
           "the one its ncclRecv posted; nothing was copied and the communicator has failed",
+          comm->rank, who, peer);
+      break;
+    case WEFT_DEV_ERR_NET:
+      WARN(
+          "rank %d: CUDA engine: the network link between rank %d and rank %d failed (the peer "
+          "died or closed its connection); the communicator has failed",
           comm->rank, who, peer);
       break;
     case WEFT_DEV_ERR_P2P_STEP:

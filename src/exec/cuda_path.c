@@ -28,7 +28,10 @@
 /* Why rank me cannot run kernels against peer p, or NULL when it can. */
 static const char *pair_blocker(const struct ncclComm *comm, int p, int mps) {
   const struct weft_peer_info *me = &comm->peers[comm->rank], *q = &comm->peers[p];
-  if (q->host_hash != me->host_hash) return "on another host";
+  /* Another host: net links carried by the proxy thread (exec/cuda_net.h),
+   * unless WEFT_NET_GPU=0 keeps the staged path. */
+  if (q->host_hash != me->host_hash)
+    return weft_param_int(WEFT_PARAM_NET_GPU) ? NULL : "on another host (WEFT_NET_GPU=0)";
   if (q->pid == me->pid) {
     int ok = 0;
     if (q->cuda_dev == me->cuda_dev) return NULL;

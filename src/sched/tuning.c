@@ -243,7 +243,7 @@ static double step_bytes(enum weft_func func, enum weft_algo algo, int n, size_t
 static enum weft_proto pick_proto(const struct ncclComm *comm, enum weft_func func,
                                   enum weft_algo algo, size_t bytes, int nchannels, size_t chunk) {
   const unsigned ll = 1u << PROTO_LL;
-  if (comm->host_engine || comm->nranks == 1) return WEFT_PROTO_SIMPLE;
+  if (comm->host_engine || comm->nranks == 1 || comm->cuda_net_links) return WEFT_PROTO_SIMPLE;
   if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
     unsigned both = (tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV]);
     return (both & WEFT_PROTOS) == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;

@@ -1,0 +1,302 @@
+/* weft-tcp-streams: the summed throughput of K parallel TCP streams between
+ * two endpoints, the yardstick for the socket network (docs/BENCH.md,
+ * docs/NETWORK.md). One line per K: each of K client threads sends
+ * --bytes buffers on its own connection for --seconds; the server counts
+ * what arrived on each and reports it back when the stream ends.
+ *
+ *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]
+ *       loopback: forks its own server on 127.0.0.1
+ *   weft-tcp-streams --server [PORT]        (prints the port; runs until killed)
+ *   weft-tcp-streams --client HOST:PORT [--streams ...]
+ *
+ * Plain POSIX sockets with no weft code, so it measures what the machine
+ * gives any program. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_STREAMS 256
+#define RECV_BUF (4 * 1024 * 1024)
+
+struct opts {
+  int streams[32];
+  int nstreams;
+  size_t bytes;
+  double seconds;
+  int server;
+  int port;
+  const char *client; /* HOST:PORT */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "weft-tcp-streams: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static size_t parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  size_t mult = 1;
+  if (*end == 'K' || *end == 'k') mult = 1024;
+  if (*end == 'M' || *end == 'm') mult = 1024 * 1024;
+  if (*end == 'G' || *end == 'g') mult = 1024 * 1024 * 1024;
+  if (v <= 0 || (*end && mult == 1)) {
+    fprintf(stderr, "weft-tcp-streams: --bytes %s: expected a size such as 64M\n", s);
+    exit(2);
+  }
+  return (size_t)(v * (double)mult);
+}
+
+static void parse_streams(struct opts *o, const char *s) {
+  o->nstreams = 0;
+  for (const char *p = s; *p && o->nstreams < 32;) {
+    char *end;
+    long k = strtol(p, &end, 10);
+    if (end == p || k < 1 || k > MAX_STREAMS || (*end && *end != ',')) {
+      fprintf(stderr,
+              "weft-tcp-streams: --streams %s: expected a list such as 1,2,4,8 (each "
+              "1..%d)\n",
+              s, MAX_STREAMS);
+      exit(2);
+    }
+    o->streams[o->nstreams++] = (int)k;
+    p = *end ? end + 1 : end;
+  }
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]\n"
+          "       weft-tcp-streams --server [PORT]\n"
+          "       weft-tcp-streams --client HOST:PORT [--streams ...] [--bytes ...] "
+          "[--seconds ...]\n");
+  exit(2);
+}
+
+static void parse(int argc, char **argv, struct opts *o) {
+  *o = (struct opts){.bytes = 64u << 20, .seconds = 2};
+  parse_streams(o, "1,2,4,8");
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--streams") && v) {
+      parse_streams(o, v), i++;
+    } else if (!strcmp(a, "--bytes") && v) {
+      o->bytes = parse_size(v), i++;
+    } else if (!strcmp(a, "--seconds") && v) {
+      o->seconds = atof(v), i++;
+      if (o->seconds <= 0) usage();
+    } else if (!strcmp(a, "--server")) {
+      o->server = 1;
+      if (v && v[0] != '-') o->port = atoi(v), i++;
+    } else if (!strcmp(a, "--client") && v) {
+      o->client = v, i++;
+    } else {
+      usage();
+    }
+  }
+}
+
+/* ---- Server ---------------------------------------------------------------- */
+
+/* Counts one stream's bytes until EOF, then sends the count back. */
+static void *server_stream(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  char *buf = malloc(RECV_BUF);
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = recv(fd, buf, RECV_BUF, 0);
+    if (n > 0) {
+      total += (uint64_t)n;
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  (void)!send(fd, &total, sizeof(total), MSG_NOSIGNAL);
+  close(fd);
+  free(buf);
+  return NULL;
+}
+
+/* Loopback: 127.0.0.1 (IPv6 may be off); else every address, both families. */
+static int server_listen(int port, int loopback) {
+  int one = 1, zero = 0;
+  int fd = socket(loopback ? AF_INET : AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) die("socket");
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int rc;
+  if (loopback) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+  } else {
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+    a.sin6_addr = in6addr_any;
+    rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+  }
+  if (rc != 0 || listen(fd, 1024) != 0) die("bind/listen");
+  return fd;
+}
+
+static int bound_port(int fd) {
+  struct sockaddr_storage a;
+  socklen_t len = sizeof(a);
+  if (getsockname(fd, (struct sockaddr *)&a, &len) != 0) die("getsockname");
+  return ntohs(a.ss_family == AF_INET ? ((struct sockaddr_in *)&a)->sin_port
+                                      : ((struct sockaddr_in6 *)&a)->sin6_port);
+}
+
+static void server_run(int lfd) {
+  for (;;) {
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      die("accept");
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, server_stream, (void *)(intptr_t)fd) != 0) die("pthread_create");
+    pthread_detach(t);
+  }
+}
+
+/* ---- Client ---------------------------------------------------------------- */
+
+struct stream {
+  struct sockaddr_storage addr;
+  socklen_t addr_len;
+  size_t bytes;
+  double end_s;
+  uint64_t received; /* the server's count */
+  int ok;
+};
+
+static void *client_stream(void *arg) {
+  struct stream *s = arg;
+  int fd = socket(s->addr.ss_family, SOCK_STREAM, 0);
+  if (fd < 0 || connect(fd, (struct sockaddr *)&s->addr, s->addr_len) != 0) return NULL;
+  char *buf = malloc(s->bytes);
+  memset(buf, 0x5a, s->bytes);
+  while (now_s() < s->end_s) {
+    size_t off = 0;
+    while (off < s->bytes) {
+      ssize_t n = send(fd, buf + off, s->bytes - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) goto out;
+      off += (size_t)n;
+    }
+  }
+  shutdown(fd, SHUT_WR);
+  s->ok = recv(fd, &s->received, sizeof(s->received), MSG_WAITALL) == sizeof(s->received);
+out:
+  close(fd);
+  free(buf);
+  return NULL;
+}
+
+static void resolve(const char *hostport, struct sockaddr_storage *out, socklen_t *len) {
+  char host[256];
+  const char *colon = strrchr(hostport, ':');
+  if (colon == NULL || (size_t)(colon - hostport) >= sizeof(host)) usage();
+  size_t hl = (size_t)(colon - hostport);
+  if (hostport[0] == '[' && hl >= 2 && hostport[hl - 1] == ']') {
+    memcpy(host, hostport + 1, hl - 2);
+    host[hl - 2] = '\0';
+  } else {
+    memcpy(host, hostport, hl);
+    host[hl] = '\0';
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+  int rc = getaddrinfo(host, colon + 1, &hints, &res);
+  if (rc != 0) {
+    fprintf(stderr, "weft-tcp-streams: %s: %s\n", hostport, gai_strerror(rc));
+    exit(2);
+  }
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+}
+
+/* K streams at once; returns the summed GB/s (1e9 bytes/s). */
+static double client_run(const struct opts *o, const struct sockaddr_storage *addr, socklen_t len,
+                         int k) {
+  struct stream s[MAX_STREAMS];
+  pthread_t t[MAX_STREAMS];
+  double start = now_s();
+  for (int i = 0; i < k; i++) {
+    s[i] = (struct stream){
+        .addr = *addr, .addr_len = len, .bytes = o->bytes, .end_s = start + o->seconds};
+    if (pthread_create(&t[i], NULL, client_stream, &s[i]) != 0) die("pthread_create");
+  }
+  uint64_t total = 0;
+  int ok = 1;
+  for (int i = 0; i < k; i++) {
+    pthread_join(t[i], NULL);
+    total += s[i].received;
+    ok &= s[i].ok;
+  }
+  double took = now_s() - start;
+  if (!ok) {
+    fprintf(stderr, "weft-tcp-streams: a stream failed (server gone?)\n");
+    exit(1);
+  }
+  return (double)total / took / 1e9;
+}
+
+int main(int argc, char **argv) {
+  struct opts o;
+  parse(argc, argv, &o);
+  signal(SIGPIPE, SIG_IGN);
+  if (o.server) {
+    int lfd = server_listen(o.port, 0);
+    printf("weft-tcp-streams: server on port %d\n", bound_port(lfd));
+    fflush(stdout);
+    server_run(lfd);
+  }
+  struct sockaddr_storage addr;
+  socklen_t len;
+  pid_t server = -1;
+  if (o.client) {
+    resolve(o.client, &addr, &len);
+  } else {
+    /* Loopback: our own server, forked before any thread starts. */
+    int lfd = server_listen(0, 1);
+    char hp[64];
+    snprintf(hp, sizeof(hp), "127.0.0.1:%d", bound_port(lfd));
+    server = fork();
+    if (server < 0) die("fork");
+    if (server == 0) server_run(lfd);
+    close(lfd);
+    resolve(hp, &addr, &len);
+  }
+  printf("# weft-tcp-streams: %s, %zu-byte sends, %.1f s per point\n",
+         o.client ? o.client : "loopback", o.bytes, o.seconds);
+  printf("# %7s %10s\n", "streams", "GB/s");
+  for (int i = 0; i < o.nstreams; i++) {
+    printf("  %7d %10.2f\n", o.streams[i], client_run(&o, &addr, len, o.streams[i]));
+    fflush(stdout);
+  }
+  if (server > 0) {
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+  }
+  return 0;
+}

@@ -1,0 +1,306 @@
+/* The host engine's network transport: a connection is one send/recv comm
+ * pair of the network (net.h; today the socket network), so host ranks on
+ * different hosts get its several sockets and helper threads. The
+ * receiver listens and hands the sender the network's handle (magic,
+ * random nonce, address: the network drops every stranger); the sender
+ * connects.
+ *
+ * The host engine sees a byte stream (transport.h: send and recv add to
+ * *done), the network moves messages. The sender cuts the stream into
+ * messages of at most MSG_MAX bytes, several in flight. The receiver
+ * receives straight into the caller's buffer when at least MSG_MAX bytes
+ * are still wanted there (any message fits), else into a bounce buffer
+ * whose bytes later calls take first: the stream's boundaries need not
+ * match the receiver's calls (an 8-byte header then a piece at a time). */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/check.h"
+#include "core/debug.h"
+#include "core/failure.h"
+#include "core/param.h"
+#include "transport/net/net.h"
+#include "transport/net/socket/socket_net.h"
+#include "transport/socket.h"
+#include "transport/transport.h"
+
+/* The largest message: the host engine's reduce pieces (256 KiB) are then
+ * received in place, and a step (512 KiB) is two messages in flight. */
+#define MSG_MAX (256 * 1024)
+/* Messages in flight per send conn, and receives per recv conn (a
+ * receive is posted once the previous one's size is known, so the next
+ * header is read while the chunks before it still move). */
+#define SEND_INFLIGHT 4
+#define RECV_INFLIGHT 4
+/* Longest nap while a connection is being set up. */
+#define SETUP_NAP_MAX_US 2000
+
+_Static_assert(WEFT_NET_HANDLE_BYTES <= WEFT_CONN_HANDLE_BYTES,
+               "the network's handle must fit the connection handle");
+
+struct net_conn {
+  const struct weft_net_ops *net;
+  void *listen;
+  void *comm;
+  void *mh;
+  /* send: messages in flight, oldest first, from the stream's sent offset */
+  void *sreq[SEND_INFLIGHT];
+  size_t slen[SEND_INFLIGHT];
+  int shead, scount;
+  const char *sbuf;
+  /* recv: receives in flight, oldest first: several straight into the
+   * caller's buffer, or one into the bounce buffer */
+  void *rreq[RECV_INFLIGHT];
+  size_t roff[RECV_INFLIGHT]; /* where in the caller's buffer each lands */
+  int rhead, rcount;
+  int rdirect;
+  char *bounce;
+  size_t bounce_len, bounce_off;
+  char what[32];
+};
+
+static ncclResult_t net_conn_can_connect(const struct weft_transport_peer *self,
+                                         const struct weft_transport_peer *peer, int *out) {
+  (void)self, (void)peer;
+  *out = 1; /* TCP reaches every rank the bootstrap reached */
+  return ncclSuccess;
+}
+
+static ncclResult_t net_conn_priv(struct weft_conn *conn, struct net_conn **out) {
+  if (conn->priv == NULL) {
+    struct net_conn *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+      WARN("rank %d: out of memory for a socket connection with rank %d", conn->rank, conn->peer);
+      return ncclSystemError;
+    }
+    snprintf(q->what, sizeof(q->what), "rank %d", conn->peer);
+    conn->priv = q;
+  }
+  struct net_conn *p = conn->priv;
+  if (p->net == NULL) WEFT_CHECK(weft_net_get(&p->net));
+  *out = p;
+  return ncclSuccess;
+}
+
+/* The receiver listens; the sender has nothing to set up. */
+static ncclResult_t net_conn_setup(struct weft_conn *conn, void *handle_out) {
+  struct net_conn *p;
+  WEFT_CHECK(net_conn_priv(conn, &p));
+  if (conn->dir == WEFT_CONN_SEND) return ncclSuccess;
+  memset(handle_out, 0, WEFT_CONN_HANDLE_BYTES);
+  return p->net->listen(0, handle_out, &p->listen);
+}
+
+/* Between connect/accept attempts: short naps first (the peer is usually
+ * a moment away), the abort flag and the deadline checked. */
+static ncclResult_t net_conn_setup_wait(struct weft_conn *conn, int64_t deadline_ms, long *nap_us) {
+  if (conn->abort_flag && atomic_load(conn->abort_flag)) {
+    INFO(WEFT_NET, "rank %d: aborted while connecting with rank %d", conn->rank, conn->peer);
+    return ncclInternalError;
+  }
+  if (weft_time_ms() > deadline_ms) {
+    WARN("rank %d: rank %d did not %s its link on channel %d in time", conn->rank, conn->peer,
+         conn->dir == WEFT_CONN_SEND ? "accept" : "connect", conn->channel);
+    return ncclSystemError;
+  }
+  struct timespec ts = {0, *nap_us * 1000};
+  nanosleep(&ts, NULL);
+  if (*nap_us < SETUP_NAP_MAX_US) *nap_us *= 2;
+  return ncclSuccess;
+}
+
+/* Whether this rank's helper threads would have cores to run on: one for
+ * each local rank's caller and each of its helper threads. Without them
+ * (a 2-core VM: the thread hops cut a 2-rank broadcast from 3.5 to 1.4
+ * GB/s) the caller moves every message itself on the control socket, one
+ * stream per link. WEFT_SOCKET_HOST_THREADS overrides. */
+static int net_conn_threads_pay(const struct weft_conn *conn) {
+  int64_t forced = weft_param_int(WEFT_PARAM_SOCKET_HOST_THREADS);
+  if (forced >= 0) return (int)forced;
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int nthreads, nsocks;
+  weft__ns_sock_counts(&nthreads, &nsocks);
+  int local = conn->local_ranks > 0 ? conn->local_ranks : 1;
+  return cpus >= local * (1 + nthreads);
+}
+
+static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_handle,
+                                     int64_t deadline_ms) {
+  struct net_conn *p;
+  WEFT_CHECK(net_conn_priv(conn, &p));
+  long nap_us = 20;
+  while (p->comm == NULL) {
+    if (conn->dir == WEFT_CONN_SEND)
+      WEFT_CHECK(p->net->connect(0, peer_handle, &p->comm));
+    else
+      WEFT_CHECK(p->net->accept(p->listen, &p->comm));
+    if (p->comm == NULL) WEFT_CHECK(net_conn_setup_wait(conn, deadline_ms, &nap_us));
+  }
+  if (p->listen != NULL) {
+    WEFT_CHECK(p->net->close_listen(p->listen));
+    p->listen = NULL;
+  }
+  if (conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket) {
+    int threads = net_conn_threads_pay(conn);
+    if (!threads) weft_net_socket_set_inline(p->comm, MSG_MAX);
+    INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
+         conn->channel,
+         threads ? "large messages through the helper threads"
+                 : "every message on the control socket (no cores for helper threads)");
+  }
+  return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
+}
+
+/* A link closed mid-call: the peer's process exited (a peer that aborts
+ * or fails says so first, over core/failure.c's notices). */
+static ncclResult_t net_conn_closed(const struct weft_conn *conn, ncclResult_t res) {
+  if (res == ncclRemoteError)
+    weft_failure_note(conn->peer, WEFT_FAIL_DIED,
+                      "its socket closed mid-call: its process exited (channel %d)", conn->channel);
+  return res;
+}
+
+static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size_t bytes,
+                                       size_t *done) {
+  if (p->scount > 0 && p->sbuf != buf) {
+    WARN("net_socket: a send to %s changed buffers with %d messages in flight", p->what, p->scount);
+    return ncclInternalError;
+  }
+  while (p->scount > 0) {
+    int fin = 0;
+    WEFT_CHECK(p->net->test(p->sreq[p->shead], &fin, NULL));
+    if (!fin) break;
+    *done += p->slen[p->shead];
+    p->shead = (p->shead + 1) % SEND_INFLIGHT;
+    p->scount--;
+  }
+  size_t off = *done;
+  for (int i = 0; i < p->scount; i++) off += p->slen[(p->shead + i) % SEND_INFLIGHT];
+  while (p->scount < SEND_INFLIGHT && off < bytes) {
+    size_t len = bytes - off < MSG_MAX ? bytes - off : MSG_MAX;
+    void *req = NULL;
+    WEFT_CHECK(p->net->isend(p->comm, (char *)buf + off, len, 0, p->mh, &req));
+    if (req == NULL) break;
+    int slot = (p->shead + p->scount++) % SEND_INFLIGHT;
+    p->sreq[slot] = req;
+    p->slen[slot] = len;
+    p->sbuf = buf;
+    off += len;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_t bytes,
+                                  size_t *done) {
+  struct net_conn *p = conn->priv;
+  size_t before = *done;
+  ncclResult_t res = net_conn_send_step(p, buf, bytes, done);
+  /* A message that finished inside isend is seen at once. */
+  if (res == ncclSuccess && *done == before && p->scount > 0)
+    res = net_conn_send_step(p, buf, bytes, done);
+  return net_conn_closed(conn, res);
+}
+
+/* Posts a receive at buf + off: straight there, or into the bounce buffer
+ * when fewer than MSG_MAX bytes are wanted (a message might not fit). */
+static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t bytes, size_t off,
+                                       int direct) {
+  if (!direct && p->bounce == NULL && (p->bounce = malloc(MSG_MAX)) == NULL) {
+    WARN("net_socket: out of memory for the receive buffer from %s", p->what);
+    return ncclSystemError;
+  }
+  void *data = direct ? buf + off : p->bounce;
+  size_t size = direct ? bytes - off : MSG_MAX;
+  int tag = 0;
+  void *req = NULL;
+  WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &req));
+  if (req == NULL) return ncclSuccess;
+  int slot = (p->rhead + p->rcount++) % RECV_INFLIGHT;
+  p->rreq[slot] = req;
+  p->roff[slot] = off;
+  p->rdirect = direct;
+  return ncclSuccess;
+}
+
+/* Posts what can be posted now: a first receive, or one more straight
+ * into the buffer once the newest one's size is known. Every receive
+ * posted lands inside this call's buffer: messages are at most MSG_MAX. */
+static ncclResult_t net_conn_recv_more(struct net_conn *p, char *buf, size_t bytes, size_t done) {
+  if (p->rcount == 0) return net_conn_recv_post(p, buf, bytes, done, bytes - done >= MSG_MAX);
+  if (!p->rdirect || p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
+  int newest = (p->rhead + p->rcount - 1) % RECV_INFLIGHT;
+  size_t size;
+  if (!weft_net_socket_recv_size(p->rreq[newest], &size)) return ncclSuccess;
+  size_t next = p->roff[newest] + size;
+  if (bytes - next < MSG_MAX) return ncclSuccess;
+  return net_conn_recv_post(p, buf, bytes, next, 1);
+}
+
+static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t bytes, size_t *done) {
+  while (*done < bytes) {
+    if (p->bounce_off < p->bounce_len) {
+      size_t n = p->bounce_len - p->bounce_off;
+      if (n > bytes - *done) n = bytes - *done;
+      memcpy(buf + *done, p->bounce + p->bounce_off, n);
+      p->bounce_off += n;
+      *done += n;
+      continue;
+    }
+    WEFT_CHECK(net_conn_recv_more(p, buf, bytes, *done));
+    if (p->rcount == 0) return ncclSuccess;
+    int fin = 0;
+    size_t got = 0;
+    WEFT_CHECK(p->net->test(p->rreq[p->rhead], &fin, &got));
+    if (!fin) return net_conn_recv_more(p, buf, bytes, *done);
+    p->rhead = (p->rhead + 1) % RECV_INFLIGHT;
+    p->rcount--;
+    if (p->rdirect)
+      *done += got;
+    else
+      p->bounce_len = got, p->bounce_off = 0;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t net_conn_recv(struct weft_conn *conn, void *buf, size_t bytes, size_t *done) {
+  return net_conn_closed(conn, net_conn_recv_step(conn->priv, buf, bytes, done));
+}
+
+static int net_conn_wait_fd(const struct weft_conn *conn) {
+  const struct net_conn *p = conn->priv;
+  if (p == NULL || p->net != &weft_net_socket) return -1;
+  void *req = conn->dir == WEFT_CONN_SEND ? (p->scount ? p->sreq[p->shead] : NULL)
+                                          : (p->rcount ? p->rreq[p->rhead] : NULL);
+  return req ? weft_net_socket_wait_fd(req) : -1;
+}
+
+static ncclResult_t net_conn_close(struct weft_conn *conn) {
+  struct net_conn *p = conn->priv;
+  if (p == NULL) return ncclSuccess;
+  if (p->comm != NULL) {
+    if (p->mh != NULL) (void)p->net->dereg_mr(p->comm, p->mh);
+    (void)(conn->dir == WEFT_CONN_SEND ? p->net->close_send(p->comm) : p->net->close_recv(p->comm));
+  }
+  if (p->listen != NULL) (void)p->net->close_listen(p->listen);
+  free(p->bounce);
+  free(p);
+  conn->priv = NULL;
+  return ncclSuccess;
+}
+
+const struct weft_transport_ops weft_net_socket_ops = {
+    .size = sizeof(struct weft_transport_ops),
+    .name = "net_socket",
+    .can_connect = net_conn_can_connect,
+    .setup = net_conn_setup,
+    .connect = net_conn_connect,
+    .send = net_conn_send,
+    .recv = net_conn_recv,
+    .wait_fd = net_conn_wait_fd,
+    .close = net_conn_close,
+};

@@ -1,0 +1,180 @@
+/* The socket network's private state, shared by its files: setup.c
+ * (listen, connect, accept), comm.c (isend, irecv, test: the control
+ * stream), helper.c (the helper threads that move large messages over the
+ * data sockets) and ops.c (the table).
+ *
+ * A comm pair is one control socket and nsocks data sockets. Every message
+ * starts with a header on the control socket, in posting order. A message
+ * of at most inline_max bytes follows its header there, moved by the
+ * caller's thread (no thread hop: latency). A larger one is cut into
+ * chunks (at least WEFT_NS_MIN_CHUNK bytes, at most one per socket) that
+ * both sides deal to the data sockets round-robin in message order, so
+ * every data socket carries its chunks in the same order on both ends;
+ * each data socket belongs to one helper thread. */
+#ifndef WEFT_TRANSPORT_NET_SOCKET_SOCKET_NET_H
+#define WEFT_TRANSPORT_NET_SOCKET_SOCKET_NET_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+#include "transport/net/net.h"
+#include "transport/socket.h"
+
+#define WEFT_NS_MAGIC 0x776566744e455453ULL /* "weftNETS" */
+#define WEFT_NS_MSG_MAGIC 0x4d534757u       /* "WGSM" */
+/* Requests in flight per comm (NCCL's NCCL_NET_MAX_REQUESTS). */
+#define WEFT_NS_MAX_REQUESTS 32
+/* NCCL's bounds: threads 1..16, threads x sockets per thread <= 64. */
+#define WEFT_NS_MAX_THREADS 16
+#define WEFT_NS_MAX_SOCKS 64
+/* NCCL's smallest chunk: below it a socket's per-call cost dominates. */
+#define WEFT_NS_MIN_CHUNK (64 * 1024)
+
+/* What listen writes and connect reads. */
+struct weft_ns_handle {
+  uint64_t magic;
+  uint64_t nonce;
+  union weft_sockaddr addr;
+};
+
+/* What the connector presents first on each of its sockets. */
+struct weft_ns_hello {
+  uint64_t magic;
+  uint64_t nonce;   /* the listener's, from the handle */
+  uint64_t conn_id; /* the connector's: groups one comm's sockets */
+  uint32_t index;   /* 0: control; 1..nsocks: data */
+  uint32_t nsocks;
+  uint32_t nthreads;
+  uint32_t pad;
+};
+
+/* Every message's header on the control socket. */
+struct weft_ns_msg {
+  uint64_t size;
+  uint32_t flags; /* WEFT_NS_MSG_INLINE */
+  uint32_t magic;
+};
+#define WEFT_NS_MSG_INLINE 0x1u
+
+struct weft_ns_request;
+
+/* One chunk on one data socket. */
+struct weft_ns_task {
+  struct weft_ns_request *req;
+  char *data;
+  size_t size;
+  size_t done;
+};
+
+/* A data socket and its FIFO of chunks: the caller's thread fills tail,
+ * the owning helper thread empties head. At most one chunk per request
+ * per socket, so WEFT_NS_MAX_REQUESTS entries never overflow. */
+struct weft_ns_sock {
+  int fd;
+  int is_send;
+  _Atomic uint32_t head, tail;
+  struct weft_ns_task tasks[WEFT_NS_MAX_REQUESTS];
+};
+
+struct weft_ns_comm;
+
+struct weft_ns_thread {
+  struct weft_ns_comm *comm;
+  int index;
+  int wake_fd; /* eventfd: new chunks, or stop */
+  int started;
+  pthread_t tid;
+};
+
+enum weft_ns_stage {
+  WEFT_NS_CTRL,   /* header (and inline data) not through the control socket yet */
+  WEFT_NS_CHUNKS, /* control part done; chunks may still be moving */
+};
+
+struct weft_ns_request {
+  struct weft_ns_comm *comm;
+  int used;
+  int is_send;
+  enum weft_ns_stage stage;
+  char *data;
+  size_t posted; /* the buffer's size (a send's size) */
+  size_t size;   /* the bytes that move: known to a receiver once the header is in */
+  struct weft_ns_msg msg;
+  size_t ctrl_done;    /* bytes of header + inline data moved */
+  _Atomic int pending; /* chunks still moving */
+};
+
+struct weft_ns_comm {
+  int is_send;
+  int ctrl_fd;
+  char peer[64]; /* the peer's address, for messages */
+  int nsocks, nthreads;
+  size_t inline_max;
+  struct weft_ns_sock socks[WEFT_NS_MAX_SOCKS];
+  struct weft_ns_thread threads[WEFT_NS_MAX_THREADS];
+  _Atomic int stop;
+  int next_sock; /* round-robin deal, the same on both ends */
+  struct weft_ns_request reqs[WEFT_NS_MAX_REQUESTS];
+  /* Control bytes read ahead: one recv takes a header and a small
+   * message's data together (latency). */
+  char rbuf[4096];
+  size_t rlen, roff;
+  uint64_t posted;   /* requests posted so far */
+  uint64_t ctrl_seq; /* the oldest request whose control part is not done */
+  _Atomic int err;   /* the first error (ncclResult_t); the comm is dead after it */
+  int done_fd;       /* eventfd: a request's last chunk finished */
+  int wait_fd;       /* epoll: done_fd, and the control socket while armed */
+  int ctrl_armed;    /* the control socket's events in wait_fd now */
+};
+
+/* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, bounded as NCCL does. */
+void weft__ns_sock_counts(int *nthreads_out, int *nsocks_out);
+
+/* A comm over connected sockets: fds[0] control, fds[1..nsocks] data
+ * (taken over: closed on failure too). Starts the helper threads. */
+ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthreads,
+                                  struct weft_ns_comm **out);
+/* Stops the threads, closes every socket, frees; after errors too. */
+void weft__ns_comm_destroy(struct weft_ns_comm *comm);
+/* Records the comm's first error and WARNs once, naming the peer: res is
+ * ncclRemoteError (peer closed or reset; err 0 for an orderly close) or
+ * ncclSystemError (err: the errno). Returns the comm's error. */
+ncclResult_t weft__ns_comm_fail(struct weft_ns_comm *comm, ncclResult_t res, int err,
+                                const char *doing);
+
+/* helper.c */
+ncclResult_t weft__ns_threads_start(struct weft_ns_comm *comm);
+void weft__ns_threads_stop(struct weft_ns_comm *comm);
+/* Cuts req's size bytes into chunks and queues them on the data sockets. */
+void weft__ns_post_chunks(struct weft_ns_comm *comm, struct weft_ns_request *req);
+
+/* setup.c */
+ncclResult_t weft__ns_listen(int dev, void *handle, void **listen_comm);
+ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm);
+ncclResult_t weft__ns_accept(void *listen_comm, void **recv_comm);
+ncclResult_t weft__ns_close_listen(void *listen_comm);
+
+/* comm.c */
+ncclResult_t weft__ns_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                            void **request);
+ncclResult_t weft__ns_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
+                            void **mhandles, void **request);
+ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes);
+
+/* For the host engine's conn transport (transport/net/net_conn.c): a
+ * descriptor (the comm's epoll set) that polls readable when req can move
+ * on: its control part can move (the control socket is readable, or
+ * writable for a send), or a chunk finished. Never blocks. */
+int weft_net_socket_wait_fd(void *request);
+/* Whether receive request's size is known yet (its header is in): then
+ * *size_out is the bytes that arrive. */
+int weft_net_socket_recv_size(void *request, size_t *size_out);
+/* Sends of at most bytes go whole on send_comm's control socket, moved by
+ * the caller's thread; larger ones go in chunks through the helper
+ * threads. Default: WEFT_NS_MIN_CHUNK. */
+void weft_net_socket_set_inline(void *send_comm, size_t bytes);
+
+#endif
