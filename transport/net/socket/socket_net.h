@@ -122,12 +122,13 @@ struct weft_ns_comm {
    * message's data together (latency). */
   char rbuf[4096];
   size_t rlen, roff;
-  uint64_t posted;   /* requests posted so far */
-  uint64_t ctrl_seq; /* the oldest request whose control part is not done */
-  _Atomic int err;   /* the first error (ncclResult_t); the comm is dead after it */
-  int done_fd;       /* eventfd: a request's last chunk finished */
-  int wait_fd;       /* epoll: done_fd, and the control socket while armed */
-  int ctrl_armed;    /* the control socket's events in wait_fd now */
+  uint64_t posted;        /* requests posted so far */
+  uint64_t ctrl_seq;      /* the oldest request whose control part is not done */
+  _Atomic int err;        /* the first error (ncclResult_t); the comm is dead after it */
+  int done_fd;            /* eventfd: a request's last chunk finished */
+  _Atomic int done_dirty; /* done_fd was written since the waiter drained it */
+  int wait_fd;            /* epoll: done_fd, and the control socket while armed */
+  int ctrl_armed;         /* the control socket's events in wait_fd now */
 };
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, bounded as NCCL does. */
@@ -144,6 +145,9 @@ void weft__ns_comm_destroy(struct weft_ns_comm *comm);
  * ncclSystemError (err: the errno). Returns the comm's error. */
 ncclResult_t weft__ns_comm_fail(struct weft_ns_comm *comm, ncclResult_t res, int err,
                                 const char *doing);
+
+/* Wakes a waiter on the comm's wait descriptor (done_fd, then done_dirty). */
+void weft__ns_signal_done(struct weft_ns_comm *comm);
 
 /* helper.c */
 ncclResult_t weft__ns_threads_start(struct weft_ns_comm *comm);
