@@ -483,6 +483,40 @@ START_TEST(test_peer_killed) {
 }
 END_TEST
 
+/* The sender's side of a peer that goes away: its receiver closes without
+ * reading a 64 MiB message; the sender's test must fail (ncclRemoteError)
+ * soon after, on the chunked path (threads) and the inline path. */
+static int send_into_closed(void *comm, int back) {
+  char *buf = calloc(1, 64 * MIB);
+  if (variant == 1) weft_net_socket_set_inline(comm, 64 * MIB);
+  void *req = NULL;
+  if (net->isend(comm, buf, 64 * MIB, 0, NULL, &req) != ncclSuccess || req == NULL) return 0;
+  char c = 1;
+  if (write(back, &c, 1) != 1) return 0;
+  int64_t end = weft_time_ms() + WAIT_MS;
+  ncclResult_t res = ncclSuccess;
+  int done = 0;
+  while (res == ncclSuccess && !done && weft_time_ms() < end) {
+    res = net->test(req, &done, NULL);
+    nap_us(100);
+  }
+  if (res != ncclRemoteError) return 0;
+  /* Closing after the error frees everything, threads included. */
+  return net->close_send(comm) == ncclSuccess;
+}
+
+START_TEST(test_receiver_closes) {
+  set_counts("2", "2");
+  variant = _i;
+  struct pair p = pair_start(send_into_closed);
+  void *comm = accept_comm(p.listen);
+  char c;
+  ck_assert(read(p.back, &c, 1) == 1);
+  /* Nothing received: the unread bytes make close reset the sockets. */
+  pair_finish(&p, comm);
+}
+END_TEST
+
 /* ---- Parameters, memory types ------------------------------------------------- */
 
 /* {NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD} -> threads, sockets. */
@@ -537,6 +571,7 @@ static Suite *net_socket_suite(void) {
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_stranger_refused);
   tcase_add_loop_test(tc, test_peer_killed, 0, 2);
+  tcase_add_loop_test(tc, test_receiver_closes, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("params");
   tcase_add_loop_test(tc, test_count_params, 0, 6);
