@@ -27,6 +27,9 @@
 #define MIB (1024 * 1024)
 
 static const struct weft_net_ops *net;
+/* The sender connects with weft_net_socket_connect_single (no data
+ * sockets, no threads: the host engine's links on a busy host). */
+static int use_single;
 
 static void nap_us(long us) {
   struct timespec ts = {0, us * 1000};
@@ -92,7 +95,9 @@ static int child_connect(int fd, void **comm) {
   *comm = NULL;
   int64_t end = weft_time_ms() + WAIT_MS;
   while (*comm == NULL && weft_time_ms() < end) {
-    if (net->connect(0, handle, comm) != ncclSuccess) return 0;
+    ncclResult_t res = use_single ? weft_net_socket_connect_single(0, handle, comm)
+                                  : net->connect(0, handle, comm);
+    if (res != ncclSuccess) return 0;
     if (*comm == NULL) nap_us(100);
   }
   return *comm != NULL;
@@ -177,10 +182,16 @@ static int send_sizes(void *comm, int fd) {
   return net->close_send(comm) == ncclSuccess;
 }
 
-static const char *counts[][2] = {{"1", "1"}, {"4", "2"}};
+/* threads x sockets per thread; "0" x "0": connect_single. */
+static const char *counts[][2] = {{"1", "1"}, {"4", "2"}, {"0", "0"}};
+
+static void set_variant_counts(int i) {
+  use_single = counts[i][0][0] == '0';
+  if (!use_single) set_counts(counts[i][0], counts[i][1]);
+}
 
 START_TEST(test_sizes) {
-  set_counts(counts[_i][0], counts[_i][1]);
+  set_variant_counts(_i);
   struct pair p = pair_start(send_sizes);
   void *comm = accept_comm(p.listen);
   const struct weft_ns_comm *c = comm;
@@ -237,7 +248,7 @@ static int send_inflight(void *comm, int fd) {
 }
 
 START_TEST(test_inflight) {
-  set_counts(counts[_i][0], counts[_i][1]);
+  set_variant_counts(_i);
   struct pair p = pair_start(send_inflight);
   void *comm = accept_comm(p.listen);
   char *bufs[INFLIGHT];
@@ -565,8 +576,8 @@ static Suite *net_socket_suite(void) {
   Suite *s = suite_create("net_socket");
   TCase *tc = tcase_create("messages");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, test_sizes, 0, 2);
-  tcase_add_loop_test(tc, test_inflight, 0, 2);
+  tcase_add_loop_test(tc, test_sizes, 0, 3);
+  tcase_add_loop_test(tc, test_inflight, 0, 3);
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_stranger_refused);

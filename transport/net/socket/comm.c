@@ -5,6 +5,7 @@
  * helper threads' (helper.c). */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,8 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   c->is_send = is_send;
   c->nsocks = nsocks;
   c->nthreads = nthreads;
-  c->inline_max = WEFT_NS_MIN_CHUNK;
+  /* Without data sockets every message goes on the control socket. */
+  c->inline_max = nsocks > 0 ? WEFT_NS_MIN_CHUNK : SIZE_MAX;
   c->ctrl_fd = fds[0];
   c->done_fd = c->wait_fd = -1;
   for (int i = 0; i < nsocks; i++) {

@@ -173,12 +173,17 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes);
  * on: its control part can move (the control socket is readable, or
  * writable for a send), or a chunk finished. Never blocks. */
 int weft_net_socket_wait_fd(void *request);
+/* connect, with no data sockets and no helper threads: every message goes
+ * on the control socket, moved by the caller's thread (one TCP stream,
+ * one socket per comm). The host engine's links take it when the host has
+ * no cores to spare for helper threads. */
+ncclResult_t weft_net_socket_connect_single(int dev, const void *handle, void **send_comm);
 /* Whether receive request's size is known yet (its header is in): then
  * *size_out is the bytes that arrive. */
 int weft_net_socket_recv_size(void *request, size_t *size_out);
 /* Sends of at most bytes go whole on send_comm's control socket, moved by
  * the caller's thread; larger ones go in chunks through the helper
- * threads. Default: WEFT_NS_MIN_CHUNK. */
+ * threads. Default: WEFT_NS_MIN_CHUNK (no data sockets: everything). */
 void weft_net_socket_set_inline(void *send_comm, size_t bytes);
 
 #endif
