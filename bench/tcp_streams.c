@@ -180,11 +180,18 @@ static void server_run(int lfd) {
 
 /* ---- Client ---------------------------------------------------------------- */
 
+/* The streams connect and fill their buffers first (page faults are not
+ * network time), then all start together. */
+struct start {
+  pthread_barrier_t ready, go;
+  double end_s;
+};
+
 struct stream {
   struct sockaddr_storage addr;
   socklen_t addr_len;
   size_t bytes;
-  double end_s;
+  struct start *start;
   uint64_t received; /* the server's count */
   int ok;
 };
@@ -192,10 +199,13 @@ struct stream {
 static void *client_stream(void *arg) {
   struct stream *s = arg;
   int fd = socket(s->addr.ss_family, SOCK_STREAM, 0);
-  if (fd < 0 || connect(fd, (struct sockaddr *)&s->addr, s->addr_len) != 0) return NULL;
+  int up = fd >= 0 && connect(fd, (struct sockaddr *)&s->addr, s->addr_len) == 0;
   char *buf = malloc(s->bytes);
-  memset(buf, 0x5a, s->bytes);
-  while (now_s() < s->end_s) {
+  if (buf != NULL) memset(buf, 0x5a, s->bytes);
+  pthread_barrier_wait(&s->start->ready);
+  pthread_barrier_wait(&s->start->go);
+  if (!up || buf == NULL) goto out;
+  while (now_s() < s->start->end_s) {
     size_t off = 0;
     while (off < s->bytes) {
       ssize_t n = send(fd, buf + off, s->bytes - off, MSG_NOSIGNAL);
@@ -240,12 +250,17 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
                          int k) {
   struct stream s[MAX_STREAMS];
   pthread_t t[MAX_STREAMS];
-  double start = now_s();
+  struct start st;
+  pthread_barrier_init(&st.ready, NULL, (unsigned)k + 1);
+  pthread_barrier_init(&st.go, NULL, (unsigned)k + 1);
   for (int i = 0; i < k; i++) {
-    s[i] = (struct stream){
-        .addr = *addr, .addr_len = len, .bytes = o->bytes, .end_s = start + o->seconds};
+    s[i] = (struct stream){.addr = *addr, .addr_len = len, .bytes = o->bytes, .start = &st};
     if (pthread_create(&t[i], NULL, client_stream, &s[i]) != 0) die("pthread_create");
   }
+  pthread_barrier_wait(&st.ready);
+  double start = now_s();
+  st.end_s = start + o->seconds;
+  pthread_barrier_wait(&st.go);
   uint64_t total = 0;
   int ok = 1;
   for (int i = 0; i < k; i++) {
@@ -254,6 +269,8 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
     ok &= s[i].ok;
   }
   double took = now_s() - start;
+  pthread_barrier_destroy(&st.ready);
+  pthread_barrier_destroy(&st.go);
   if (!ok) {
     fprintf(stderr, "weft-tcp-streams: a stream failed (server gone?)\n");
     exit(1);

@@ -27,6 +27,9 @@
 #define MIB (1024 * 1024)
 
 static const struct weft_net_ops *net;
+/* The sender connects with weft_net_socket_connect_single (no data
+ * sockets, no threads: the host engine's links on a busy host). */
+static int use_single;
 
 static void nap_us(long us) {
   struct timespec ts = {0, us * 1000};
@@ -92,7 +95,9 @@ static int child_connect(int fd, void **comm) {
   *comm = NULL;
   int64_t end = weft_time_ms() + WAIT_MS;
   while (*comm == NULL && weft_time_ms() < end) {
-    if (net->connect(0, handle, comm) != ncclSuccess) return 0;
+    ncclResult_t res = use_single ? weft_net_socket_connect_single(0, handle, comm)
+                                  : net->connect(0, handle, comm);
+    if (res != ncclSuccess) return 0;
     if (*comm == NULL) nap_us(100);
   }
   return *comm != NULL;
@@ -177,10 +182,16 @@ static int send_sizes(void *comm, int fd) {
   return net->close_send(comm) == ncclSuccess;
 }
 
-static const char *counts[][2] = {{"1", "1"}, {"4", "2"}};
+/* threads x sockets per thread; "0" x "0": connect_single. */
+static const char *counts[][2] = {{"1", "1"}, {"4", "2"}, {"0", "0"}};
+
+static void set_variant_counts(int i) {
+  use_single = counts[i][0][0] == '0';
+  if (!use_single) set_counts(counts[i][0], counts[i][1]);
+}
 
 START_TEST(test_sizes) {
-  set_counts(counts[_i][0], counts[_i][1]);
+  set_variant_counts(_i);
   struct pair p = pair_start(send_sizes);
   void *comm = accept_comm(p.listen);
   const struct weft_ns_comm *c = comm;
@@ -237,7 +248,7 @@ static int send_inflight(void *comm, int fd) {
 }
 
 START_TEST(test_inflight) {
-  set_counts(counts[_i][0], counts[_i][1]);
+  set_variant_counts(_i);
   struct pair p = pair_start(send_inflight);
   void *comm = accept_comm(p.listen);
   char *bufs[INFLIGHT];
@@ -483,6 +494,40 @@ START_TEST(test_peer_killed) {
 }
 END_TEST
 
+/* The sender's side of a peer that goes away: its receiver closes without
+ * reading a 64 MiB message; the sender's test must fail (ncclRemoteError)
+ * soon after, on the chunked path (threads) and the inline path. */
+static int send_into_closed(void *comm, int back) {
+  char *buf = calloc(1, 64 * MIB);
+  if (variant == 1) weft_net_socket_set_inline(comm, 64 * MIB);
+  void *req = NULL;
+  if (net->isend(comm, buf, 64 * MIB, 0, NULL, &req) != ncclSuccess || req == NULL) return 0;
+  char c = 1;
+  if (write(back, &c, 1) != 1) return 0;
+  int64_t end = weft_time_ms() + WAIT_MS;
+  ncclResult_t res = ncclSuccess;
+  int done = 0;
+  while (res == ncclSuccess && !done && weft_time_ms() < end) {
+    res = net->test(req, &done, NULL);
+    nap_us(100);
+  }
+  if (res != ncclRemoteError) return 0;
+  /* Closing after the error frees everything, threads included. */
+  return net->close_send(comm) == ncclSuccess;
+}
+
+START_TEST(test_receiver_closes) {
+  set_counts("2", "2");
+  variant = _i;
+  struct pair p = pair_start(send_into_closed);
+  void *comm = accept_comm(p.listen);
+  char c;
+  ck_assert(read(p.back, &c, 1) == 1);
+  /* Nothing received: the unread bytes make close reset the sockets. */
+  pair_finish(&p, comm);
+}
+END_TEST
+
 /* ---- Parameters, memory types ------------------------------------------------- */
 
 /* {NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD} -> threads, sockets. */
@@ -531,12 +576,13 @@ static Suite *net_socket_suite(void) {
   Suite *s = suite_create("net_socket");
   TCase *tc = tcase_create("messages");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, test_sizes, 0, 2);
-  tcase_add_loop_test(tc, test_inflight, 0, 2);
+  tcase_add_loop_test(tc, test_sizes, 0, 3);
+  tcase_add_loop_test(tc, test_inflight, 0, 3);
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_stranger_refused);
   tcase_add_loop_test(tc, test_peer_killed, 0, 2);
+  tcase_add_loop_test(tc, test_receiver_closes, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("params");
   tcase_add_loop_test(tc, test_count_params, 0, 6);

@@ -92,8 +92,8 @@ static ncclResult_t conn_channel(struct ncclComm *comm, int channel,
 }
 
 static ncclResult_t conn_check_need(const struct ncclComm *comm, const struct weft_conn_need *n) {
-  if (n->channel >= 0 && n->channel < WEFT_MAX_CHANNELS && n->peer >= 0 && n->peer < comm->nranks &&
-      n->peer != comm->rank)
+  if (n->channel >= 0 && n->channel < WEFT_MAX_CHANNELS && n->peer >= 0 &&
+      n->peer < comm->nranks && n->peer != comm->rank)
     return ncclSuccess;
   WARN("rank %d: a plan needs a link with rank %d on channel %d (nranks %d, channels < %d)",
        comm->rank, n->peer, n->channel, comm->nranks, WEFT_MAX_CHANNELS);
@@ -152,10 +152,9 @@ static ncclResult_t conn_setup_recv(struct ncclComm *comm, struct conn_link *l) 
   ncclResult_t res = c->ops->setup(c, l->msg.handle);
   if (res == ncclSystemError && id == CONN_SHM && errno == ENOSPC) {
     if (!comm->shm_fallback_warned)
-      WARN(
-          "rank %d: no room in %s for shared memory with rank %d (channel %d); using sockets "
-          "for links that do not fit (reported once)",
-          comm->rank, "/dev/shm", c->peer, c->channel);
+      WARN("rank %d: no room in %s for shared memory with rank %d (channel %d); using sockets "
+           "for links that do not fit (reported once)",
+           comm->rank, "/dev/shm", c->peer, c->channel);
     comm->shm_fallback_warned = 1;
     id = CONN_NET_SOCKET;
     c->ops = conn_transports[id];

@@ -134,8 +134,12 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
   struct net_conn *p;
   WEFT_CHECK(net_conn_priv(conn, &p));
   long nap_us = 20;
+  int single =
+      conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket && !net_conn_threads_pay(conn);
   while (p->comm == NULL) {
-    if (conn->dir == WEFT_CONN_SEND)
+    if (single)
+      WEFT_CHECK(weft_net_socket_connect_single(0, peer_handle, &p->comm));
+    else if (conn->dir == WEFT_CONN_SEND)
       WEFT_CHECK(p->net->connect(0, peer_handle, &p->comm));
     else
       WEFT_CHECK(p->net->accept(p->listen, &p->comm));
@@ -145,14 +149,11 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
     WEFT_CHECK(p->net->close_listen(p->listen));
     p->listen = NULL;
   }
-  if (conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket) {
-    int threads = net_conn_threads_pay(conn);
-    if (!threads) weft_net_socket_set_inline(p->comm, MSG_MAX);
+  if (conn->dir == WEFT_CONN_SEND)
     INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
          conn->channel,
-         threads ? "large messages through the helper threads"
-                 : "every message on the control socket (no cores for helper threads)");
-  }
+         single ? "every message on one socket (no cores to spare for helper threads)"
+                : "large messages through the socket network's helper threads");
   return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
 }
 

@@ -5,6 +5,7 @@
  * helper threads' (helper.c). */
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,8 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   c->is_send = is_send;
   c->nsocks = nsocks;
   c->nthreads = nthreads;
-  c->inline_max = WEFT_NS_MIN_CHUNK;
+  /* Without data sockets every message goes on the control socket. */
+  c->inline_max = nsocks > 0 ? WEFT_NS_MIN_CHUNK : SIZE_MAX;
   c->ctrl_fd = fds[0];
   c->done_fd = c->wait_fd = -1;
   for (int i = 0; i < nsocks; i++) {
@@ -182,11 +184,16 @@ static ncclResult_t ctrl_recv(struct weft_ns_comm *c, struct weft_ns_request *r,
   size_t got = r->ctrl_done - sizeof(r->msg);
   if (got < data) got += ctrl_take(c, r->data + got, data - got);
   if (got < data) {
-    struct iovec iov[2] = {{r->data + got, data - got}, {NULL, 0}};
+    /* Nothing read ahead is left: the rest of this message straight into
+     * the buffer and what follows it (the next header) into the read-ahead
+     * buffer, in one syscall. */
+    struct iovec iov[2] = {{r->data + got, data - got}, {c->rbuf, sizeof(c->rbuf)}};
     size_t more = 0;
     int err = 0;
     ncclResult_t res = weft_socket_move(c->ctrl_fd, 0, iov, &more, &err);
-    got += more;
+    c->roff = 0;
+    c->rlen = more > data - got ? more - (data - got) : 0;
+    got += more - c->rlen;
     if (res != ncclSuccess) {
       r->ctrl_done = sizeof(r->msg) + got;
       return weft__ns_comm_fail(c, res, err, "receiving");
@@ -310,16 +317,17 @@ int weft_net_socket_wait_fd(void *request) {
     if (epoll_ctl(c->wait_fd, EPOLL_CTL_MOD, c->ctrl_fd, &ev) != 0) return -1;
     c->ctrl_armed = want;
   }
-  /* Drain, then look: a chunk that finishes after the look signals again,
-   * one that finished before it is seen here. */
-  uint64_t v;
-  while (read(c->done_fd, &v, sizeof(v)) > 0) {
+  /* done_fd is drained only when something signalled it (done_dirty,
+   * set after each write): an idle wait costs no syscall for it. */
+  if (atomic_exchange(&c->done_dirty, 0)) {
+    uint64_t v;
+    while (read(c->done_fd, &v, sizeof(v)) > 0) {
+    }
   }
+  /* Then look: what happens after the look signals again; what happened
+   * before it is seen here, and wakes the waiter at once. */
   int ready = r->stage == WEFT_NS_CTRL ? !r->is_send && c->roff < c->rlen /* read ahead */
                                        : atomic_load(&r->pending) == 0;
-  if (ready || atomic_load(&c->err) != ncclSuccess) {
-    v = 1;
-    (void)!write(c->done_fd, &v, sizeof(v));
-  }
+  if (ready || atomic_load(&c->err) != ncclSuccess) weft__ns_signal_done(c);
   return c->wait_fd;
 }

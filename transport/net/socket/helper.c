@@ -19,6 +19,11 @@ static void wake(int fd) {
   (void)!write(fd, &one, sizeof(one));
 }
 
+void weft__ns_signal_done(struct weft_ns_comm *c) {
+  wake(c->done_fd);
+  atomic_store_explicit(&c->done_dirty, 1, memory_order_release);
+}
+
 void weft__ns_post_chunks(struct weft_ns_comm *c, struct weft_ns_request *r) {
   size_t chunk = (r->size + (size_t)c->nsocks - 1) / (size_t)c->nsocks;
   if (chunk < WEFT_NS_MIN_CHUNK) chunk = WEFT_NS_MIN_CHUNK;
@@ -46,7 +51,7 @@ static void chunk_done(struct weft_ns_comm *c, struct weft_ns_sock *sk, struct w
   struct weft_ns_request *r = t->req;
   atomic_store_explicit(&sk->head, atomic_load_explicit(&sk->head, memory_order_relaxed) + 1,
                         memory_order_release);
-  if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1) wake(c->done_fd);
+  if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1) weft__ns_signal_done(c);
 }
 
 /* Moves socket sk's queued chunks as far as they go. Returns 1 when a chunk

@@ -5,12 +5,24 @@
 #include <net/if.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "core/check.h"
 #include "core/debug.h"
 #include "transport/net/socket/socket_net.h"
 
+/* A comm holds 1 + N sockets and 2 + nthreads eventfd/epoll descriptors,
+ * and a rank many comms: lift the soft descriptor limit to the hard one,
+ * as NCCL does. Failing costs only headroom. */
 static ncclResult_t ns_init(void) {
+  struct rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    rlim_t was = lim.rlim_cur;
+    lim.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &lim) == 0)
+      INFO(WEFT_NET | WEFT_INIT, "net/socket: open file limit raised from %llu to %llu",
+           (unsigned long long)was, (unsigned long long)lim.rlim_max);
+  }
   return ncclSuccess;
 }
 

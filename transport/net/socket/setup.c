@@ -130,9 +130,12 @@ static void pending_drop(struct weft_ns_listen *l, int i, const char *why) {
 static const char *hello_mismatch(const struct weft_ns_listen *l, const struct weft_ns_hello *h) {
   if (h->magic != WEFT_NS_MAGIC) return "not a weft socket network client";
   if (h->nonce != l->nonce) return "wrong nonce (a stale or stray client)";
-  if (h->nsocks < 1 || h->nsocks > WEFT_NS_MAX_SOCKS || h->nthreads < 1 ||
-      h->nthreads > WEFT_NS_MAX_THREADS || h->nthreads > h->nsocks || h->index > h->nsocks)
+  /* 0 x 0: everything on the control socket (weft_net_socket_connect_single). */
+  int single = h->nsocks == 0 && h->nthreads == 0;
+  if (!single && (h->nsocks < 1 || h->nsocks > WEFT_NS_MAX_SOCKS || h->nthreads < 1 ||
+                  h->nthreads > WEFT_NS_MAX_THREADS || h->nthreads > h->nsocks))
     return "bad socket counts in its hello";
+  if (h->index > h->nsocks) return "bad socket counts in its hello";
   return NULL;
 }
 
@@ -236,7 +239,8 @@ static void connecting_sweep(int64_t now) {
 }
 
 /* The entry for handle h, made on the first call. */
-static ncclResult_t connecting_get(const struct weft_ns_handle *h, struct connecting **out) {
+static ncclResult_t connecting_get(const struct weft_ns_handle *h, int single,
+                                   struct connecting **out) {
   for (struct connecting *k = connecting_list; k != NULL; k = k->next)
     if (memcmp(&k->h, h, sizeof(*h)) == 0) {
       *out = k;
@@ -248,7 +252,7 @@ static ncclResult_t connecting_get(const struct weft_ns_handle *h, struct connec
     return ncclSystemError;
   }
   k->h = *h;
-  weft__ns_sock_counts(&k->nthreads, &k->nsocks);
+  if (!single) weft__ns_sock_counts(&k->nthreads, &k->nsocks);
   k->deadline_ms = weft_deadline_default();
   for (int i = 0; i <= k->nsocks; i++) k->fds[i] = -1, k->backoff_ms[i] = 1;
   k->hello = (struct weft_ns_hello){.magic = WEFT_NS_MAGIC,
@@ -315,7 +319,7 @@ static ncclResult_t connecting_step(struct connecting *k, int i, int *ready) {
   return ncclSuccess;
 }
 
-ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
+static ncclResult_t ns_connect(int dev, const void *handle, int single, void **send_comm) {
   struct weft_ns_handle h;
   memcpy(&h, handle, sizeof(h));
   *send_comm = NULL;
@@ -327,7 +331,7 @@ ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
   pthread_mutex_lock(&connecting_lock);
   struct connecting *k = NULL;
   connecting_sweep(weft_time_ms());
-  ncclResult_t res = connecting_get(&h, &k);
+  ncclResult_t res = connecting_get(&h, single, &k);
   if (k != NULL) k->touched_ms = weft_time_ms();
   int ready = 0;
   for (int i = 0; res == ncclSuccess && i <= k->nsocks; i++) {
@@ -348,4 +352,12 @@ ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
   WEFT_CHECK(res);
   *send_comm = c;
   return ncclSuccess;
+}
+
+ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
+  return ns_connect(dev, handle, 0, send_comm);
+}
+
+ncclResult_t weft_net_socket_connect_single(int dev, const void *handle, void **send_comm) {
+  return ns_connect(dev, handle, 1, send_comm);
 }

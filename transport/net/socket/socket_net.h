@@ -122,12 +122,13 @@ struct weft_ns_comm {
    * message's data together (latency). */
   char rbuf[4096];
   size_t rlen, roff;
-  uint64_t posted;   /* requests posted so far */
-  uint64_t ctrl_seq; /* the oldest request whose control part is not done */
-  _Atomic int err;   /* the first error (ncclResult_t); the comm is dead after it */
-  int done_fd;       /* eventfd: a request's last chunk finished */
-  int wait_fd;       /* epoll: done_fd, and the control socket while armed */
-  int ctrl_armed;    /* the control socket's events in wait_fd now */
+  uint64_t posted;        /* requests posted so far */
+  uint64_t ctrl_seq;      /* the oldest request whose control part is not done */
+  _Atomic int err;        /* the first error (ncclResult_t); the comm is dead after it */
+  int done_fd;            /* eventfd: a request's last chunk finished */
+  _Atomic int done_dirty; /* done_fd was written since the waiter drained it */
+  int wait_fd;            /* epoll: done_fd, and the control socket while armed */
+  int ctrl_armed;         /* the control socket's events in wait_fd now */
 };
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, bounded as NCCL does. */
@@ -144,6 +145,9 @@ void weft__ns_comm_destroy(struct weft_ns_comm *comm);
  * ncclSystemError (err: the errno). Returns the comm's error. */
 ncclResult_t weft__ns_comm_fail(struct weft_ns_comm *comm, ncclResult_t res, int err,
                                 const char *doing);
+
+/* Wakes a waiter on the comm's wait descriptor (done_fd, then done_dirty). */
+void weft__ns_signal_done(struct weft_ns_comm *comm);
 
 /* helper.c */
 ncclResult_t weft__ns_threads_start(struct weft_ns_comm *comm);
@@ -169,12 +173,17 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes);
  * on: its control part can move (the control socket is readable, or
  * writable for a send), or a chunk finished. Never blocks. */
 int weft_net_socket_wait_fd(void *request);
+/* connect, with no data sockets and no helper threads: every message goes
+ * on the control socket, moved by the caller's thread (one TCP stream,
+ * one socket per comm). The host engine's links take it when the host has
+ * no cores to spare for helper threads. */
+ncclResult_t weft_net_socket_connect_single(int dev, const void *handle, void **send_comm);
 /* Whether receive request's size is known yet (its header is in): then
  * *size_out is the bytes that arrive. */
 int weft_net_socket_recv_size(void *request, size_t *size_out);
 /* Sends of at most bytes go whole on send_comm's control socket, moved by
  * the caller's thread; larger ones go in chunks through the helper
- * threads. Default: WEFT_NS_MIN_CHUNK. */
+ * threads. Default: WEFT_NS_MIN_CHUNK (no data sockets: everything). */
 void weft_net_socket_set_inline(void *send_comm, size_t bytes);
 
 #endif
