@@ -11,7 +11,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "exec/reduce.h"
+#include "core/dtype.h"
 
 /* count * nranks elements (AllGather's recvbuff, ReduceScatter's sendbuff),
  * or an error when that overflows. */

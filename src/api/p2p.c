@@ -12,7 +12,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "exec/reduce.h"
+#include "core/dtype.h"
 
 /* Adds one send or receive (already checked) to the calling thread's group;
  * device-buffer ranks run it on stream (host ranks ignore it). */

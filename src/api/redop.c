@@ -10,7 +10,7 @@
 #include "api/alias.h"
 #include "core/check.h"
 #include "core/comm.h"
-#include "exec/reduce.h"
+#include "core/dtype.h"
 
 ncclResult_t weft_dtype_check(const char *caller, ncclDataType_t datatype) {
   if ((int)datatype < 0 || (int)datatype >= ncclNumTypes) {

@@ -29,8 +29,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/debug.h"
-#include "exec/cuda.h"
-#include "exec/host.h"
+#include "exec/engine.h"
 #include "transport/socket.h"
 
 #define FAIL_MAGIC 0x4c494657u /* "WFIL" */
@@ -176,7 +175,7 @@ static void fail_stop_waits(struct weft_failure_state *st, int hard) {
   if (comm->bootstrap != NULL && !atomic_load(&st->keep_bootstrap))
     weft_bootstrap_abort(comm->bootstrap);
   /* GPU ranks: the kernels' own abort word (they do not read abort_flag). */
-  if (hard) weft_cuda_engine_abort(comm);
+  if (hard && comm->engine != NULL) comm->engine->fail(comm);
 }
 
 /* Keeps r unless a failure is recorded already; returns 1 if it was kept. */
@@ -349,7 +348,7 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
                        .how = (int)how,
                        .by = comm->rank,
                        .code = (int)code,
-                       .soft = !weft_host_engine_busy(comm)};
+                       .soft = comm->engine == NULL || !comm->engine->busy(comm)};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r.detail, sizeof(r.detail), fmt, ap);
