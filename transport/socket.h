@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/clock.h" /* weft_time_ms, deadlines: callers of this header use them */
 #include "nccl.h"
 
 union weft_sockaddr {
@@ -16,11 +17,6 @@ union weft_sockaddr {
   struct sockaddr_in sin;
   struct sockaddr_in6 sin6;
 };
-
-/* Milliseconds on a monotonic clock; deadlines are absolute values of it. */
-int64_t weft_time_ms(void);
-/* now + WEFT_TIMEOUT seconds. */
-int64_t weft_deadline_default(void);
 
 /* The address this host should advertise, port 0: the interface
  * NCCL_SOCKET_IFNAME selects (a list that matches nothing is

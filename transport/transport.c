@@ -15,7 +15,7 @@
 
 #include "core/check.h"
 #include "core/debug.h"
-#include "core/failure.h"
+#include "core/fail_note.h"
 #include "core/param.h"
 #include "transport/socket.h"
 #include "transport/transport.h"

@@ -47,7 +47,7 @@
 
 #include "core/check.h"
 #include "core/debug.h"
-#include "core/failure.h"
+#include "core/fail_note.h"
 #include "core/param.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
