@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/failure.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/fail_note.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
 

@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/ifname.h"
 
 #define LISTEN_BACKLOG 16384

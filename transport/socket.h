@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "core/clock.h" /* weft_time_ms, deadlines: callers of this header use them */
+#include "base/clock.h" /* weft_time_ms, deadlines: callers of this header use them */
 #include "nccl.h"
 
 union weft_sockaddr {

@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "exec/engine.h"
 #include "weft_config.h"
 

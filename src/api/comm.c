@@ -8,7 +8,7 @@
 #include "api/group.h"
 #include "api/register.h"
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/failure.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "api/alias.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "exec/engine.h"
 

@@ -9,12 +9,12 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm_topo.h"
 #include "core/connect.h"
 #include "core/device.h"
 #include "core/failure.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "exec/engine.h"
 #include "weft_config.h"
 

@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/debug.h"
+#include "base/debug.h"
 #include "exec/engine.h"
 #include "transport/socket.h"
 

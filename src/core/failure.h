@@ -5,14 +5,14 @@
  * once and reports the same rank and cause (docs/ERRORS.md).
  *
  * Two halves: a per-thread note, which the code that first sees a peer's
- * failure leaves (core/fail_note.h, all that transports include), and the
+ * failure leaves (base/fail_note.h, all that transports include), and the
  * communicator's record with the notice socket and its watcher thread. */
 #ifndef WEFT_CORE_FAILURE_H
 #define WEFT_CORE_FAILURE_H
 
 #include <stddef.h>
 
-#include "core/fail_note.h" /* the per-thread note, and abort_flag values */
+#include "base/fail_note.h" /* the per-thread note, and abort_flag values */
 #include "nccl.h"
 
 /* ---- The communicator's record ------------------------------------------- */

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/failure.h"
 #include "exec/engine.h"

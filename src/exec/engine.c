@@ -2,7 +2,7 @@
  * the path exec/cuda_path.c agrees on with the other ranks. */
 #include "exec/engine.h"
 
-#include "core/check.h"
+#include "base/check.h"
 #include "exec/cuda.h"
 #include "exec/reduce.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "exec/cuda.h"
 #include "exec/engine.h"

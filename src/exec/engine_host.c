@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "exec/engine.h"
 #include "exec/host.h"

@@ -4,7 +4,7 @@
  * (exec/cuda_staged.h). Calls return once queued on their streams. */
 #include <stdlib.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "exec/cuda_staged.h"
 #include "exec/engine.h"

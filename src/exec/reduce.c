@@ -31,7 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/param.h"
+#include "base/param.h"
 
 /* ---- Bit casts ---------------------------------------------------------- */
 

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "nccl.h"
 
 /* dst[i] = a[i] op b[i]; dst may alias a or b. ncclAvg sums here. */

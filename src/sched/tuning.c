@@ -23,8 +23,8 @@
 #include <strings.h>
 
 #include "core/comm.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 /* Per-step latency in microseconds and bandwidth in bytes per microsecond. */
 #define SHM_ALPHA_US 3.0
@@ -76,7 +76,7 @@ enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
 _Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL,
                "weft's protocols are NCCL's first two");
 /* NCCL_ALGO and NCCL_PROTO are parsed by the parameter table
- * (core/param_table.c): names in the order of enum weft_algo, then NCCL's
+ * (base/param_table.c): names in the order of enum weft_algo, then NCCL's
  * algorithms weft lacks; protocols in PROTO_* order; keys in enum
  * weft_func order. */
 #define WEFT_ALGOS ((1u << WEFT_ALGO_COUNT) - 1)

@@ -1,9 +1,9 @@
-/* The monotonic clock every wait measures its deadline on (core/clock.h). */
-#include "core/clock.h"
+/* The monotonic clock every wait measures its deadline on (base/clock.h). */
+#include "base/clock.h"
 
 #include <time.h>
 
-#include "core/param.h"
+#include "base/param.h"
 
 int64_t weft_time_ms(void) {
   struct timespec ts;

@@ -1,5 +1,5 @@
-/* The per-thread failure note (core/fail_note.h). */
-#include "core/fail_note.h"
+/* The per-thread failure note (base/fail_note.h). */
+#include "base/fail_note.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -3,8 +3,8 @@
  * record (core/failure.h) takes it and tells every rank. Also the values
  * of ncclComm.abort_flag that waits read. Transports include this, never
  * core/failure.h. */
-#ifndef WEFT_CORE_FAIL_NOTE_H
-#define WEFT_CORE_FAIL_NOTE_H
+#ifndef WEFT_BASE_FAIL_NOTE_H
+#define WEFT_BASE_FAIL_NOTE_H
 
 #include <stddef.h>
 

@@ -1,6 +1,6 @@
 /* Datatype sizes and names, and reduction operator names: what every layer
- * that prints or sizes a buffer needs (core/dtype.h). */
-#include "core/dtype.h"
+ * that prints or sizes a buffer needs (base/dtype.h). */
+#include "base/dtype.h"
 
 static const struct {
   size_t size;

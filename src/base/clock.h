@@ -1,7 +1,7 @@
 /* Milliseconds on a monotonic clock; deadlines are absolute values of it.
  * Every bounded wait (bootstrap, transports, engines) reads this clock. */
-#ifndef WEFT_CORE_CLOCK_H
-#define WEFT_CORE_CLOCK_H
+#ifndef WEFT_BASE_CLOCK_H
+#define WEFT_BASE_CLOCK_H
 
 #include <stdint.h>
 

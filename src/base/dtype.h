@@ -1,6 +1,6 @@
 /* Datatypes and operators by value: sizes and the names logs print. */
-#ifndef WEFT_CORE_DTYPE_H
-#define WEFT_CORE_DTYPE_H
+#ifndef WEFT_BASE_DTYPE_H
+#define WEFT_BASE_DTYPE_H
 
 #include <stddef.h>
 
