@@ -223,11 +223,12 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
   }
   weft_failure_quiet(comm); /* its thread pokes the engines freed below */
   if (abort) atomic_store(&comm->abort_flag, 1);
-  if (comm->engine != NULL) {
+  const struct weft_engine_ops *engine = comm->engine; /* NULL: init failed before choosing */
+  if (engine != NULL) {
     /* Streams and kernels stop waiting before anything below waits on
      * them (exec/engine.h). */
-    if (abort) comm->engine->abort(comm);
-    comm->engine->destroy(comm, abort);
+    if (abort) engine->abort(comm);
+    engine->destroy(comm, abort);
   }
   weft_comm_disconnect(comm);
   weft_failure_stop(comm);

@@ -65,8 +65,10 @@ struct ncclComm {
   int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
   /* The engine that runs the communicator's operations (exec/engine.h),
-   * set once at init; NULL until then. The states below are its own. */
-  const struct weft_engine_ops *engine;
+   * set once at init; NULL until then. Atomic: the failure watcher reads it
+   * while a non-blocking init may still be setting it. The states below are
+   * the engines' own. */
+  const struct weft_engine_ops *_Atomic engine;
   struct weft_host_engine *host;
   /* The CUDA engine: this rank's inbox, links and cached plans. */
   struct weft_cuda_engine *cuda;

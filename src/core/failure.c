@@ -146,7 +146,8 @@ static void fail_stop_waits(struct weft_failure_state *st, int hard) {
   if (comm->bootstrap != NULL && !atomic_load(&st->keep_bootstrap))
     weft_bootstrap_abort(comm->bootstrap);
   /* GPU ranks: the kernels' own abort word (they do not read abort_flag). */
-  if (hard && comm->engine != NULL) comm->engine->fail(comm);
+  const struct weft_engine_ops *engine = comm->engine; /* NULL: init has not chosen it */
+  if (hard && engine != NULL) engine->fail(comm);
 }
 
 /* Keeps r unless a failure is recorded already; returns 1 if it was kept. */
@@ -315,11 +316,12 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
                                 const char *fmt, ...) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return code;
+  const struct weft_engine_ops *engine = comm->engine;
   struct fail_rec r = {.failed = comm->rank,
                        .how = (int)how,
                        .by = comm->rank,
                        .code = (int)code,
-                       .soft = comm->engine == NULL || !comm->engine->busy(comm)};
+                       .soft = engine == NULL || !engine->busy(comm)};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r.detail, sizeof(r.detail), fmt, ap);
