@@ -24,7 +24,7 @@
 
 struct group_task {
   struct ncclComm *comm;
-  struct weft_engine_op op; /* its redop stays here until the group has finished */
+  struct weft_engine_op op; /* copied for the engine at the end of the group */
 };
 
 static _Thread_local int group_depth;
@@ -111,37 +111,45 @@ static void clear_tasks(void) {
   ntasks = cap_tasks = 0;
 }
 
-/* Hands the group's operations on the communicator first seen at
- * tasks[first] to its engine, in call order. */
-static ncclResult_t enqueue_comm(size_t first) {
-  struct ncclComm *comm = tasks[first].comm;
-  size_t n = 0;
-  for (size_t i = first; i < ntasks; i++) n += tasks[i].comm == comm;
-  struct weft_engine_op *ops = malloc(n * sizeof(*ops));
-  if (ops == NULL) {
-    WARN("rank %d: out of memory queuing %zu grouped operations", comm->rank, n);
-    return ncclSystemError;
-  }
-  size_t k = 0;
-  for (size_t i = first; i < ntasks; i++)
-    if (tasks[i].comm == comm) ops[k++] = tasks[i].op;
-  ncclResult_t res = comm->engine->enqueue(comm, ops, n);
-  free(ops);
-  return res;
-}
-
 static int comm_seen_before(size_t i) {
   for (size_t j = 0; j < i; j++)
     if (tasks[j].comm == tasks[i].comm) return 1;
   return 0;
 }
 
-/* Hands every task to its engine, then waits for each communicator once. */
+/* Hands the communicator first seen at tasks[first] its operations, copied
+ * to ops_out in call order; returns how many there were in *n_out. */
+static ncclResult_t enqueue_comm(size_t first, struct weft_engine_op *ops_out, size_t *n_out) {
+  struct ncclComm *comm = tasks[first].comm;
+  size_t n = 0;
+  for (size_t i = first; i < ntasks; i++)
+    if (tasks[i].comm == comm) ops_out[n++] = tasks[i].op;
+  *n_out = n;
+  return comm->engine->enqueue(comm, ops_out, n);
+}
+
+/* Hands every communicator its operations, then waits for each once. The
+ * operations are regrouped by communicator into one array that lives
+ * until the waits are over: a host task reads its PreMulSum scalar there
+ * when it starts. */
 static ncclResult_t launch_tasks(void) {
+  if (ntasks == 0) {
+    clear_tasks(); /* a group whose operations were all forgotten */
+    return ncclSuccess;
+  }
+  struct weft_engine_op *ops = malloc(ntasks * sizeof(*ops));
+  if (ops == NULL) {
+    WARN("rank %d: out of memory queuing %zu grouped operations", tasks[0].comm->rank, ntasks);
+    clear_tasks();
+    return ncclSystemError;
+  }
   ncclResult_t res = ncclSuccess;
+  size_t used = 0;
   for (size_t i = 0; i < ntasks; i++) {
     if (comm_seen_before(i)) continue;
-    ncclResult_t r = enqueue_comm(i);
+    size_t n;
+    ncclResult_t r = enqueue_comm(i, ops + used, &n);
+    used += n;
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
   for (size_t i = 0; i < ntasks; i++) {
@@ -149,6 +157,7 @@ static ncclResult_t launch_tasks(void) {
     ncclResult_t r = tasks[i].comm->engine->group_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
+  free(ops);
   clear_tasks();
   return res;
 }

@@ -43,7 +43,9 @@ struct weft_engine_ops {
   ncclResult_t (*create)(struct ncclComm *comm);
   /* Runs a group's operations on comm, ops[0..n) in call order: the engine
    * tunes and plans them; collectives in order, then the sends and
-   * receives together. Returns once they are queued. */
+   * receives together. Returns once they are queued; ops stays valid
+   * until group_wait has returned (a host task reads its PreMulSum scalar
+   * there when it starts). */
   ncclResult_t (*enqueue)(struct ncclComm *comm, const struct weft_engine_op *ops, size_t n);
   /* Once per communicator at the end of a group, after every communicator
    * of the group has been enqueued: the host engine waits for the results;
