@@ -23,7 +23,7 @@
 
 #include "core/bootstrap.h"
 #include "core/bootstrap_internal.h"
-#include "core/debug.h"
+#include "base/debug.h"
 #include "transport/socket.h"
 #include "free_port.h"
 

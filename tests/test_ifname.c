@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "transport/ifname.h"
 #include "transport/socket.h"
 

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/socket.h"

@@ -4,8 +4,8 @@
 # users tune a knob that does nothing. Usage: test_params_used.sh SOURCE_ROOT
 set -eu
 root=$1
-ids=$(grep -o 'WEFT_PARAM_[A-Z0-9_]*,' "$root/src/core/param.h" | tr -d , | grep -v -e '^WEFT_PARAM_COUNT$' -e '^WEFT_PARAM_KIND_')
-[ -n "$ids" ] || { echo "no parameter ids in src/core/param.h"; exit 1; }
+ids=$(grep -o 'WEFT_PARAM_[A-Z0-9_]*,' "$root/src/base/param.h" | tr -d , | grep -v -e '^WEFT_PARAM_COUNT$' -e '^WEFT_PARAM_KIND_')
+[ -n "$ids" ] || { echo "no parameter ids in src/base/param.h"; exit 1; }
 bad=0
 for id in $ids; do
   if ! grep -rqw --include='*.c' --exclude='param.c' --exclude='param_table.c' "$id" \

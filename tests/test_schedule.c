@@ -8,8 +8,8 @@
  * equal on both ends; FIFOs empty at the end; a step never sends from what
  * it receives into; Reduce never touches a non-root's output, Broadcast
  * never reads a non-root's input, and out-of-place inputs stay unchanged.
- * Needs plan.c, ring.c, tree.c, p2p.c of src/sched, src/core/debug.c and
- * src/core/param.c. */
+ * Needs plan.c, ring.c, tree.c, p2p.c of src/sched, src/base/debug.c and
+ * src/base/param.c. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>

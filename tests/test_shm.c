@@ -4,7 +4,7 @@
  * mode) and sets its parameters before the first weft call reads them. Each
  * uses its own random comm hash, so it can tell its /dev/shm segments from
  * anyone else's.
- * Links: src/core/debug.c src/core/param.c transport/shm/shm.c
+ * Links: src/base/debug.c src/base/param.c transport/shm/shm.c
  *        transport/shm/segment.c */
 #include <check.h>
 #include <dirent.h>
@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "transport/transport.h"
 
 #define WAIT_MS 20000

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "topo/topo.h"
 
 static struct weft_topo *load(const char *file) {

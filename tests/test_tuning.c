@@ -23,7 +23,6 @@ static struct ncclComm fake_comm(int nranks, int host_engine) {
   struct ncclComm c;
   memset(&c, 0, sizeof(c));
   c.nranks = nranks;
-  c.host_engine = host_engine;
   c.cuda_dev = host_engine ? -1 : 0;
   c.peers = peers; /* zeroed: every peer on this host */
   return c;
@@ -32,7 +31,7 @@ static struct ncclComm fake_comm(int nranks, int host_engine) {
 static struct weft_tuning tune(int nranks, int host_engine, enum weft_func func, size_t bytes) {
   struct ncclComm c = fake_comm(nranks, host_engine);
   struct weft_tuning t;
-  ck_assert_int_eq(weft_tune(&c, func, bytes, 4, &t), ncclSuccess);
+  ck_assert_int_eq(weft_tune(&c, !host_engine, func, bytes, 4, &t), ncclSuccess);
   return t;
 }
 
@@ -185,7 +184,7 @@ static int lanes_capped(int max_lanes, const char *algo) {
   struct ncclComm c = fake_comm(8, 0);
   c.cuda_max_lanes = max_lanes;
   struct weft_tuning t;
-  ck_assert_int_eq(weft_tune(&c, WEFT_FUNC_ALLREDUCE, 256u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 256u << 20, 4, &t), ncclSuccess);
   return t.nchannels;
 }
 

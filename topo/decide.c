@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/param.h"
 #include "topo/graph.h"
 
 const char *weft_topo_transport_name(enum weft_topo_transport t) {

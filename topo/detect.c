@@ -3,7 +3,7 @@
  * verbs the HCA ports; any may be missing, and the graph is coarser for it. */
 #include <stdio.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/detect.h"
 
 ncclResult_t weft_topo_detect(struct weft_topo **topo_out) {

@@ -3,7 +3,7 @@
  * reach the other's memory (cudaDeviceCanAccessPeer). */
 #include <stdio.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/detect.h"
 #include "weft_config.h"
 

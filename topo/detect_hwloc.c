@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/detect.h"
 #include "weft_config.h"
 

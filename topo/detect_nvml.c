@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/detect.h"
 
 /* The few NVML types used, as nvml.h (v11+) lays them out. */

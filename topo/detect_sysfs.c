@@ -8,7 +8,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/detect.h"
 
 /* Reads the first line of a file into buf, without its newline. */

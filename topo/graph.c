@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 
 ncclResult_t weft_topo_alloc(struct weft_topo **topo_out) {
   struct weft_topo *t = calloc(1, sizeof(*t));

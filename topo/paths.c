@@ -6,7 +6,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/graph.h"
 
 #define WEFT_LOC_BW 5000.0

@@ -7,7 +7,7 @@
 
 #include "nccl.h"
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "topo/measure.h"
 #include "topo/topo.h"
 

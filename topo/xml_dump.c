@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/graph.h"
 
 #ifndef WEFT_HAVE_LIBXML

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "topo/graph.h"
 #include "weft_config.h"
 

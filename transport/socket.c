@@ -1,4 +1,4 @@
-/* TCP helpers: clocks and deadlines, addresses and interface choice,
+/* TCP helpers: addresses and interface choice,
  * listen/connect/accept, and whole-buffer or partial send/recv. Every socket
  * made here is non-blocking and close-on-exec; every wait is a poll() that
  * ends at a deadline, so nothing here can hang or raise SIGPIPE. */
@@ -20,23 +20,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/ifname.h"
 
 #define LISTEN_BACKLOG 16384
 #define CONNECT_RETRY_MAX_MS 100
-
-int64_t weft_time_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t weft_deadline_default(void) {
-  return weft_time_ms() + weft_param_int(WEFT_PARAM_TIMEOUT) * 1000;
-}
 
 /* Milliseconds left until deadline, clamped to what poll() takes. */
 static int ms_left(int64_t deadline_ms) {

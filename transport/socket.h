@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "base/clock.h" /* weft_time_ms, deadlines: callers of this header use them */
 #include "nccl.h"
 
 union weft_sockaddr {
@@ -17,11 +18,6 @@ union weft_sockaddr {
   struct sockaddr_in sin;
   struct sockaddr_in6 sin6;
 };
-
-/* Milliseconds on a monotonic clock; deadlines are absolute values of it. */
-int64_t weft_time_ms(void);
-/* now + WEFT_TIMEOUT seconds. */
-int64_t weft_deadline_default(void);
 
 /* The address this host should advertise, port 0: the interface
  * NCCL_SOCKET_IFNAME selects (a list that matches nothing is

@@ -19,10 +19,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "exec/reduce.h"
+#include "base/dtype.h"
+#include "exec/engine.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA
@@ -67,7 +68,7 @@ ncclResult_t weft_check_buffer(const char *caller, const char *name, const void 
 /* Whether comm's calls take device buffers and streams: the CUDA engine's
  * kernels, or device buffers staged through the host engine. */
 static int comm_device_buffers(const struct ncclComm *comm) {
-  return !comm->host_engine || comm->staged;
+  return comm->engine->device_buffers;
 }
 
 #if WEFT_HAVE_CUDA

@@ -14,7 +14,7 @@ struct ncclComm;
 ncclResult_t weft_check_buffer(const char *caller, const char *name, const void *p, size_t count,
                                ncclDataType_t datatype, int nblocks);
 /* The same on comm: host ranks as above; ranks that take device buffers
- * (comm->host_engine == 0, or comm->staged) need memory their GPU can use:
+ * (comm->engine->device_buffers) need memory their GPU can use:
  * device memory of that GPU, managed memory, mapped host memory, or any
  * host memory where the GPU reads pageable memory (HMM, ATS). Device
  * memory of another GPU is refused. */

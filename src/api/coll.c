@@ -8,10 +8,10 @@
 #include "api/check.h"
 #include "api/group.h"
 #include "api/redop.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "exec/reduce.h"
+#include "base/dtype.h"
 
 /* count * nranks elements (AllGather's recvbuff, ReduceScatter's sendbuff),
  * or an error when that overflows. */

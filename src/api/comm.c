@@ -8,11 +8,11 @@
 #include "api/group.h"
 #include "api/register.h"
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/failure.h"
-#include "exec/cuda.h"
+#include "exec/engine.h"
 
 static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nranks, int rank) {
   if (comm == NULL) {
@@ -217,10 +217,10 @@ WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
     WARN("ncclCommGetAsyncError: asyncError is NULL");
     return ncclInvalidArgument;
   }
-  if (comm->cuda != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
+  if (comm->engine != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
     /* A kernel-side timeout surfaces here: it fails the communicator, and
      * every rank hears of it (core/failure.h). */
-    ncclResult_t err = weft_cuda_engine_check(comm);
+    ncclResult_t err = comm->engine->check(comm);
     if (err != ncclSuccess) weft_comm_set_error(comm, weft_failure_report(comm, err));
   }
   *asyncError = (ncclResult_t)atomic_load(&comm->async_error);

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 
 #define WEFT_CONFIG_MAGIC 0xcafebeefu
 

@@ -10,7 +10,7 @@
 #include "nccl.h"
 
 #include "api/alias.h"
-#include "core/debug.h"
+#include "base/debug.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA

@@ -1,7 +1,7 @@
 /* Library-wide calls: version, error strings, last error, unique ids. */
 #include "api/alias.h"
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 
 WEFT_API ncclResult_t ncclGetVersion(int *version) {
   if (version == NULL) {

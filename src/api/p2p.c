@@ -9,10 +9,10 @@
 #include "api/check.h"
 #include "api/group.h"
 #include "api/redop.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "exec/reduce.h"
+#include "base/dtype.h"
 
 /* Adds one send or receive (already checked) to the calling thread's group;
  * device-buffer ranks run it on stream (host ranks ignore it). */

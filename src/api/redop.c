@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "api/alias.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "exec/reduce.h"
+#include "base/dtype.h"
 
 ncclResult_t weft_dtype_check(const char *caller, ncclDataType_t datatype) {
   if ((int)datatype < 0 || (int)datatype >= ncclNumTypes) {

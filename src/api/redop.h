@@ -4,6 +4,7 @@
 #define WEFT_API_REDOP_H
 
 #include "nccl.h"
+#include "sched/schedule.h"
 
 struct ncclComm;
 
@@ -12,16 +13,12 @@ struct weft_redop {
   int live;
   ncclDataType_t datatype;
   ncclScalarResidence_t residence;
-  const void *scalar_ptr;   /* ncclScalarDevice: the caller's pointer */
-  unsigned char value[8];   /* ncclScalarHostImmediate: the value, copied */
+  const void *scalar_ptr; /* ncclScalarDevice: the caller's pointer */
+  unsigned char value[8]; /* ncclScalarHostImmediate: the value, copied */
 };
 
-/* What a collective needs to know about its operator. */
-struct weft_redop_use {
-  int premul_sum;           /* 1: scale the input by the scalar, then sum */
-  const void *scalar_ptr;   /* the caller's pointer, read when the op runs (or NULL) */
-  unsigned char value[8];   /* the copied scalar when scalar_ptr is NULL */
-};
+/* struct weft_redop_use, what a collective needs to know about its
+ * operator, is in sched/schedule.h: the engines take it. */
 
 /* Checks datatype and op for `caller` on comm: a built-in op, or a live
  * PreMulSum made on comm for this datatype; WARNs naming the argument. */

@@ -20,7 +20,7 @@
 #include "nccl.h"
 
 #include "api/alias.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 
 struct weft_registration {

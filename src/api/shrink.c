@@ -11,7 +11,7 @@
 #include "api/alias.h"
 #include "api/config.h"
 #include "api/group.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/shrink.h"
 

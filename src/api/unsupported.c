@@ -10,7 +10,7 @@
 #include "nccl.h"
 
 #include "api/alias.h"
-#include "core/debug.h"
+#include "base/debug.h"
 
 /* NCCL 2.28's device API (nccl_device/core.h, a CUDA C++ header that nccl.h
  * does not include) adds these two host calls. Programs built against it link

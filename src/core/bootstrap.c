@@ -12,9 +12,9 @@
 #include <time.h>
 
 #include "core/bootstrap_internal.h"
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 _Static_assert(sizeof(struct weft_unique_id) <= NCCL_UNIQUE_ID_BYTES,
                "weft_unique_id must fit in ncclUniqueId");

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/bootstrap_internal.h"
-#include "core/debug.h"
+#include "base/debug.h"
 
 /* The address without its port: a flood comes from many ports of one host. */
 static union weft_sockaddr flood_host(const union weft_sockaddr *from) {

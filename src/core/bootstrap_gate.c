@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "core/bootstrap_internal.h"
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 /* Abortable waits poll in slices this long, so an abort is seen promptly. */
 #define GATE_ABORT_SLICE_MS 100

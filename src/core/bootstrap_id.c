@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "core/bootstrap_internal.h"
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 static uint64_t fnv1a(uint64_t h, const char *text) {
   for (const char *p = text; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ULL;

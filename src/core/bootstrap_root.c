@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "core/bootstrap_internal.h"
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 /* How long the root gives each reply; a rank that does not read it has
  * failed on its own and is not worth waiting for. */

@@ -9,15 +9,13 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm_topo.h"
 #include "core/connect.h"
 #include "core/device.h"
 #include "core/failure.h"
-#include "core/param.h"
-#include "exec/cuda.h"
-#include "exec/cuda_staged.h"
-#include "exec/host.h"
+#include "base/param.h"
+#include "exec/engine.h"
 #include "weft_config.h"
 
 ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *caller) {
@@ -131,21 +129,12 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
   WEFT_CHECK(weft_comm_topo_decide(comm));
   /* Data links are made when the first task needs them (core/connect.c),
    * so init costs no connections. */
-  enum weft_cuda_path path;
-  WEFT_CHECK(weft_cuda_engine_choose(comm, &path));
-  if (path == WEFT_CUDA_PATH_KERNEL) {
-    WEFT_CHECK(weft_cuda_engine_create(comm));
-    comm->host_engine = 0;
-  } else {
-    WEFT_CHECK(weft_host_engine_create(comm));
-    if (path == WEFT_CUDA_PATH_STAGED) WEFT_CHECK(weft_cuda_staged_create(comm));
-    comm->staged = path == WEFT_CUDA_PATH_STAGED;
-  }
+  const struct weft_engine_ops *engine;
+  WEFT_CHECK(weft_engine_choose(comm, &engine));
+  comm->engine = engine; /* before create: a failed one is destroyed through it */
+  WEFT_CHECK(engine->create(comm));
   INFO(WEFT_INIT, "comm %p rank %d nranks %d cudaDev %d engine %s commId 0x%llx - Init COMPLETE",
-       (void *)comm, comm->rank, comm->nranks, comm->cuda_dev,
-       comm->staged        ? "staged"
-       : comm->host_engine ? "host"
-                           : "cuda",
+       (void *)comm, comm->rank, comm->nranks, comm->cuda_dev, engine->name,
        (unsigned long long)comm->comm_hash);
   return ncclSuccess;
 }
@@ -176,7 +165,6 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->nranks = nranks;
   comm->config = *config;
   comm->cuda_dev = weft_device_current();
-  comm->host_engine = 1; /* until the peer exchange shows the CUDA engine can serve */
   comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
   atomic_init(&comm->async_error, ncclInProgress);
   atomic_init(&comm->abort_flag, 0);
@@ -219,7 +207,7 @@ ncclResult_t weft_comm_init_wait(struct ncclComm *comm) {
 }
 
 ncclResult_t weft_comm_finalize(struct ncclComm *comm) {
-  if (comm->host != NULL) WEFT_CHECK(weft_host_engine_wait(comm));
+  if (comm->engine != NULL) WEFT_CHECK(comm->engine->wait(comm));
   comm->finalized = 1;
   return ncclSuccess;
 }
@@ -234,16 +222,14 @@ void weft_comm_free(struct ncclComm *comm, int abort) {
     comm->init_thread_live = 0;
   }
   weft_failure_quiet(comm); /* its thread pokes the engines freed below */
-  if (abort) {
-    atomic_store(&comm->abort_flag, 1);
+  if (abort) atomic_store(&comm->abort_flag, 1);
+  const struct weft_engine_ops *engine = comm->engine; /* NULL: init failed before choosing */
+  if (engine != NULL) {
     /* Streams and kernels stop waiting before anything below waits on
-     * them (exec/cuda_staged.h, exec/cuda.h). */
-    weft_cuda_staged_abort(comm);
-    weft_cuda_engine_abort(comm);
+     * them (exec/engine.h). */
+    if (abort) engine->abort(comm);
+    engine->destroy(comm, abort);
   }
-  if (comm->host != NULL) weft_host_engine_destroy(comm);
-  weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
-  weft_cuda_engine_destroy(comm, abort);
   weft_comm_disconnect(comm);
   weft_failure_stop(comm);
   weft_bootstrap_destroy(comm->bootstrap);

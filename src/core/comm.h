@@ -38,6 +38,7 @@ struct weft_channel_conns;
 /* Channels a communicator may connect (lanes of a plan name one each). */
 #define WEFT_MAX_CHANNELS 32
 struct weft_bootstrap;
+struct weft_engine_ops;
 struct weft_host_engine;
 struct weft_cuda_engine;
 struct weft_cuda_staged;
@@ -49,8 +50,6 @@ struct ncclComm {
   int rank;
   int nranks;
   int cuda_dev;        /* the device the rank was created on; -1 when none */
-  int host_engine;     /* 1: the host engine runs collectives; 0: the CUDA engine's kernels do */
-  int staged;          /* host engine on device buffers staged through host memory */
   uint64_t comm_hash;  /* names this communicator in logs and shm */
   ncclConfig_t config; /* normalised: every field defined */
 
@@ -65,8 +64,13 @@ struct ncclComm {
   struct weft_channel_conns *channels[WEFT_MAX_CHANNELS];
   int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
+  /* The engine that runs the communicator's operations (exec/engine.h),
+   * set once at init; NULL until then. Atomic: the failure watcher reads it
+   * while a non-blocking init may still be setting it. The states below are
+   * the engines' own. */
+  const struct weft_engine_ops *_Atomic engine;
   struct weft_host_engine *host;
-  /* host_engine == 0: this rank's inbox, links and cached plans. */
+  /* The CUDA engine: this rank's inbox, links and cached plans. */
   struct weft_cuda_engine *cuda;
   /* CTAs one launch of the CUDA engine may use: the device's SMs shared
    * by the ranks on it, whose kernels must all run at once (0: no engine). */

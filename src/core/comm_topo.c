@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/device.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "topo/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;

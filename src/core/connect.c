@@ -17,9 +17,9 @@
 #include <string.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "topo/topo.h"
 #include "transport/socket.h"
 

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA

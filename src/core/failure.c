@@ -26,11 +26,10 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/debug.h"
-#include "exec/cuda.h"
-#include "exec/host.h"
+#include "base/debug.h"
+#include "exec/engine.h"
 #include "transport/socket.h"
 
 #define FAIL_MAGIC 0x4c494657u /* "WFIL" */
@@ -87,35 +86,6 @@ struct weft_failure_state {
   uint64_t nonce;
   unsigned char *pong;
 };
-
-/* ---- The per-thread note ------------------------------------------------- */
-
-static _Thread_local struct {
-  int how, peer;
-  char detail[FAIL_DETAIL];
-} note;
-
-void weft_failure_note(int peer, enum weft_fail_how how, const char *fmt, ...) {
-  if (note.how != WEFT_FAIL_NONE) return;
-  note.how = (int)how;
-  note.peer = peer;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(note.detail, sizeof(note.detail), fmt, ap);
-  va_end(ap);
-}
-
-enum weft_fail_how weft_failure_note_take(int *peer_out, char *detail, size_t size) {
-  enum weft_fail_how how = (enum weft_fail_how)note.how;
-  *peer_out = note.peer;
-  if (size > 0) snprintf(detail, size, "%s", note.detail);
-  note.how = WEFT_FAIL_NONE;
-  return how;
-}
-
-void weft_failure_note_clear(void) {
-  note.how = WEFT_FAIL_NONE;
-}
 
 /* ---- Messages ------------------------------------------------------------ */
 
@@ -176,7 +146,8 @@ static void fail_stop_waits(struct weft_failure_state *st, int hard) {
   if (comm->bootstrap != NULL && !atomic_load(&st->keep_bootstrap))
     weft_bootstrap_abort(comm->bootstrap);
   /* GPU ranks: the kernels' own abort word (they do not read abort_flag). */
-  if (hard) weft_cuda_engine_abort(comm);
+  const struct weft_engine_ops *engine = comm->engine; /* NULL: init has not chosen it */
+  if (hard && engine != NULL) engine->fail(comm);
 }
 
 /* Keeps r unless a failure is recorded already; returns 1 if it was kept. */
@@ -345,11 +316,12 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
                                 const char *fmt, ...) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return code;
+  const struct weft_engine_ops *engine = comm->engine;
   struct fail_rec r = {.failed = comm->rank,
                        .how = (int)how,
                        .by = comm->rank,
                        .code = (int)code,
-                       .soft = !weft_host_engine_busy(comm)};
+                       .soft = engine == NULL || !engine->busy(comm)};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r.detail, sizeof(r.detail), fmt, ap);

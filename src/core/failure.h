@@ -5,42 +5,15 @@
  * once and reports the same rank and cause (docs/ERRORS.md).
  *
  * Two halves: a per-thread note, which the code that first sees a peer's
- * failure leaves (transports include this header for that alone), and the
+ * failure leaves (base/fail_note.h, all that transports include), and the
  * communicator's record with the notice socket and its watcher thread. */
 #ifndef WEFT_CORE_FAILURE_H
 #define WEFT_CORE_FAILURE_H
 
 #include <stddef.h>
 
+#include "base/fail_note.h" /* the per-thread note, and abort_flag values */
 #include "nccl.h"
-
-enum weft_fail_how {
-  WEFT_FAIL_NONE = 0,
-  WEFT_FAIL_DIED = 1,    /* its process exited (or closed its links mid-call) */
-  WEFT_FAIL_STALLED = 2, /* no progress for WEFT_TIMEOUT */
-  WEFT_FAIL_ABORTED = 3, /* ncclCommAbort on a healthy communicator */
-  WEFT_FAIL_ERROR = 4,   /* an error of its own (argument, system) */
-};
-
-/* Values of ncclComm.abort_flag besides 0 (running) and 1 (ncclCommAbort
- * or shrink's abandon): the communicator failed, every wait ends now; or a
- * peer failed between two calls (it aborted, or failed a call every rank
- * makes), and waits end once idle for WEFT_FAIL_SOFT_MS: what the peer
- * sent in its earlier calls still arrives, so those finish. */
-#define WEFT_ABORT_FAILED 2
-#define WEFT_ABORT_SOFT 3
-#define WEFT_FAIL_SOFT_MS 1000
-
-/* ---- The per-thread note ------------------------------------------------- */
-
-/* Leaves a note that peer failed (`how`), with a detail ("process 42
- * exited"); the first note since the last take is kept. */
-void weft_failure_note(int peer, enum weft_fail_how how, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Takes this thread's note: returns its how (WEFT_FAIL_NONE: none). */
-enum weft_fail_how weft_failure_note_take(int *peer_out, char *detail, size_t size);
-/* Drops this thread's note (before work whose failure it must not name). */
-void weft_failure_note_clear(void);
 
 /* ---- The communicator's record ------------------------------------------- */
 

@@ -23,11 +23,10 @@
 #include <stdlib.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/failure.h"
-#include "exec/cuda.h"
-#include "exec/host.h"
+#include "exec/engine.h"
 
 /* Bootstrap tags, apart from split's (0x53xxxxxx) and links' (0x434fxxxx).
  * A pair of ranks exchanges these in order, so no sequence number is
@@ -99,13 +98,11 @@ static void shrink_stop_parent(struct ncclComm *parent) {
   INFO(WEFT_INIT, "ncclCommShrink: rank %d: NCCL_SHRINK_ABORT: abandoning the parent's work",
        parent->rank);
   atomic_store(&parent->abort_flag, 1);
-  if (parent->cuda != NULL) weft_cuda_engine_abort(parent);
-  if (parent->host != NULL) {
-    ncclResult_t res = weft_host_engine_wait(parent);
-    if (res != ncclSuccess)
-      INFO(WEFT_INIT, "ncclCommShrink: rank %d: the parent's abandoned work ended with %d",
-           parent->rank, (int)res);
-  }
+  parent->engine->fail(parent);
+  ncclResult_t res = parent->engine->wait(parent);
+  if (res != ncclSuccess)
+    INFO(WEFT_INIT, "ncclCommShrink: rank %d: the parent's abandoned work ended with %d",
+         parent->rank, (int)res);
   atomic_store(&parent->abort_flag, 0);
 }
 

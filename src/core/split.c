@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "core/bootstrap.h"
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 
 #define WEFT_SPLIT_TAG 0x53000000

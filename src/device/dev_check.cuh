@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 extern "C" {
-#include "core/debug.h"
+#include "base/debug.h"
 }
 
 #define DEV_CUDA(call, what)                                                \

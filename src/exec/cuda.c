@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "exec/reduce.h"
 #include "sched/tuning.h"
 #include "weft_config.h"

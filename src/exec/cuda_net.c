@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)

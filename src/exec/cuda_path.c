@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "exec/cuda.h"
 #include "weft_config.h"
 

@@ -44,9 +44,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "exec/reduce.h"
 #include "transport/socket.h"
 #include "weft_config.h"

@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/debug.h"
+#include "base/debug.h"
 #include "core/failure.h"
-#include "core/param.h"
+#include "base/param.h"
 #include "exec/host_internal.h"
 #include "transport/transport.h"
 

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
-#include "core/debug.h"
+#include "base/debug.h"
 #include "exec/host_internal.h"
 #include "exec/reduce.h"
 

@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
+#include "base/check.h"
 #include "core/comm.h"
 #include "core/connect.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "exec/host_internal.h"
 #include "exec/reduce.h"
 

@@ -5,12 +5,8 @@
 
 #include <stddef.h>
 
+#include "base/dtype.h"
 #include "nccl.h"
-
-/* Bytes per element; 0 for an invalid datatype. */
-size_t weft_dtype_size(ncclDataType_t dt);
-const char *weft_dtype_name(ncclDataType_t dt);
-const char *weft_op_name(ncclRedOp_t op);
 
 /* dst[i] = a[i] op b[i]; dst may alias a or b. ncclAvg sums here. */
 void weft_reduce_host(void *dst, const void *a, const void *b, size_t count, ncclDataType_t dt,

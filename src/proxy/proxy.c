@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "transport/net/net_fifo.h"
 
 /* Sweeps that moved nothing before the thread yields its core, then

@@ -3,7 +3,7 @@
  * prims.cuh exec_send/exec_recv, p2p_exec.cu p2p_send/p2p_recv). */
 #include <stdlib.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 #include "proxy/proxy.h"
 
 /* The send/recv kernel's header ahead of each message (p2p_exec.cu). */

@@ -15,8 +15,8 @@
  * could never complete, so it is refused here. */
 #include <stdlib.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "sched/plan.h"
 #include "sched/schedule.h"
 

@@ -3,8 +3,8 @@
  * generator shares (plan.h). */
 #include <stdlib.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "sched/plan.h"
 #include "sched/schedule.h"
 

@@ -36,6 +36,13 @@ struct weft_coll {
   int root;       /* broadcast/reduce root, or the peer of send/recv */
 };
 
+/* What a collective needs to know about its operator (api/redop.c fills it). */
+struct weft_redop_use {
+  int premul_sum;         /* 1: scale the input by the scalar, then sum */
+  const void *scalar_ptr; /* the caller's pointer, read when the op runs (or NULL) */
+  unsigned char value[8]; /* the copied scalar when scalar_ptr is NULL */
+};
+
 /* Direct: every rank sends its whole input to every other rank and reduces
  * what arrives locally, in rank order (AllReduce of small messages: one
  * exchange instead of a ring's 2(n-1) steps). */

@@ -22,8 +22,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "sched/plan.h"
 #include "sched/schedule.h"
 

@@ -23,8 +23,8 @@
 #include <strings.h>
 
 #include "core/comm.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 
 /* Per-step latency in microseconds and bandwidth in bytes per microsecond. */
 #define SHM_ALPHA_US 3.0
@@ -76,7 +76,7 @@ enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
 _Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL,
                "weft's protocols are NCCL's first two");
 /* NCCL_ALGO and NCCL_PROTO are parsed by the parameter table
- * (core/param_table.c): names in the order of enum weft_algo, then NCCL's
+ * (base/param_table.c): names in the order of enum weft_algo, then NCCL's
  * algorithms weft lacks; protocols in PROTO_* order; keys in enum
  * weft_func order. */
 #define WEFT_ALGOS ((1u << WEFT_ALGO_COUNT) - 1)
@@ -189,12 +189,13 @@ int weft_tune_max_channels(int cuda_engine) {
  * per channel (two trees, up and down, on channels 2k and 2k+1), so it
  * gets a quarter of the lanes. On the CUDA engine a lane is a CTA that
  * must run alongside every peer's (comm->cuda_max_lanes). */
-static int pick_nchannels(const struct ncclComm *comm, size_t total_bytes, enum weft_algo algo) {
+static int pick_nchannels(const struct ncclComm *comm, int kernels, size_t total_bytes,
+                          enum weft_algo algo) {
   if (algo == WEFT_ALGO_DIRECT) return 1; /* one lane per peer, on channel 0 */
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
-  int64_t hi = weft_tune_max_channels(!comm->host_engine);
+  int64_t hi = weft_tune_max_channels(kernels);
   int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
-  if (!comm->host_engine && comm->cuda_max_lanes > 0) {
+  if (kernels && comm->cuda_max_lanes > 0) {
     int64_t lanes = comm->cuda_max_lanes / (algo == WEFT_ALGO_TREE ? 4 : 1);
     if (max > lanes) max = lanes;
   }
@@ -240,10 +241,10 @@ static double step_bytes(enum weft_func func, enum weft_algo algo, int n, size_t
  * tunes a collective alike, but a send and its receive are tuned as
  * different calls (sizes, NCCL_PROTO sections), so they get LL only when
  * NCCL_PROTO allows nothing else for sends and receives both. */
-static enum weft_proto pick_proto(const struct ncclComm *comm, enum weft_func func,
+static enum weft_proto pick_proto(const struct ncclComm *comm, int kernels, enum weft_func func,
                                   enum weft_algo algo, size_t bytes, int nchannels, size_t chunk) {
   const unsigned ll = 1u << PROTO_LL;
-  if (comm->host_engine || comm->nranks == 1 || comm->cuda_net_links) return WEFT_PROTO_SIMPLE;
+  if (!kernels || comm->nranks == 1 || comm->cuda_net_links) return WEFT_PROTO_SIMPLE;
   if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
     unsigned both = (tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV]);
     return (both & WEFT_PROTOS) == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
@@ -256,7 +257,7 @@ static enum weft_proto pick_proto(const struct ncclComm *comm, enum weft_func fu
   return low < simple ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
 }
 
-ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t bytes,
+ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out) {
   pthread_once(&tuning_once, tuning_load);
   int n = comm->nranks;
@@ -268,13 +269,12 @@ ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t 
       bytes <= SIZE_MAX / (size_t)n)
     total = bytes * (size_t)n;
   double est;
-  out->algo = pick_algo(func, n, (double)bytes, alpha, beta, !comm->host_engine, &est);
-  out->nchannels = p2p ? 1 : pick_nchannels(comm, total, out->algo);
-  out->chunk_bytes =
-      pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, !comm->host_engine);
-  out->proto = pick_proto(comm, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
+  out->algo = pick_algo(func, n, (double)bytes, alpha, beta, kernels, &est);
+  out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
+  out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
+  out->proto = pick_proto(comm, kernels, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
   out->estimated_us = (float)est;
-  int simple_only = comm->host_engine && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
+  int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
   INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",
        weft_func_name(func), bytes, n, algo_names[out->algo], proto_names[out->proto],
        simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,

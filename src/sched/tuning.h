@@ -24,8 +24,10 @@ struct weft_tuning {
 int weft_tune_max_channels(int cuda_engine);
 
 /* Picks for func moving `bytes` (the caller's buffer size: count * elem) on
- * comm; logs the choice at INFO/TUNING. */
-ncclResult_t weft_tune(const struct ncclComm *comm, enum weft_func func, size_t bytes,
+ * comm; logs the choice at INFO/TUNING. kernels: the plan runs as CUDA
+ * kernels (the CUDA engine), else on the host engine's worker; each engine
+ * says which when it tunes (exec/engine_*.c). */
+ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out);
 
 #endif

@@ -2,8 +2,8 @@
  * once on first use. */
 #include <pthread.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "transport/net/net.h"
 
 static pthread_once_t net_once = PTHREAD_ONCE_INIT;

@@ -19,10 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/failure.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/fail_note.h"
+#include "base/param.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/socket.h"

@@ -4,8 +4,8 @@
 
 #include <string.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 
 /* head and tail on cache lines of their own: the kernel polls one while
  * the proxy writes the other. */

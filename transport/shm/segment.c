@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/shm/shm.h"
 
 #define SHM_PREFIX "/weft-"

@@ -45,10 +45,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/failure.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/fail_note.h"
+#include "base/param.h"
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 

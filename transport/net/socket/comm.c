@@ -13,9 +13,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/net/socket/socket_net.h"
 
 void weft__ns_sock_counts(int *nthreads_out, int *nsocks_out) {

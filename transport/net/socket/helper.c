@@ -10,8 +10,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "transport/net/socket/socket_net.h"
 
 static void wake(int fd) {

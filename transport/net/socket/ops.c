@@ -7,8 +7,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "core/check.h"
-#include "core/debug.h"
+#include "base/check.h"
+#include "base/debug.h"
 #include "transport/net/socket/socket_net.h"
 
 /* A comm holds 1 + N sockets and 2 + nthreads eventfd/epoll descriptors,

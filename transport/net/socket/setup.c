@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "core/check.h"
-#include "core/debug.h"
-#include "core/param.h"
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/param.h"
 #include "transport/net/socket/socket_net.h"
 
 /* How long an accepted client may take to present its hello. */

@@ -1,7 +1,7 @@
 /* Reads the parameter table (param_table.c) from the environment once per
  * process: one parser for every row, one WARN for a bad value, then the
  * default; "NCCL_X set by environment to V" at INFO/ENV for those set. */
-#include "core/param.h"
+#include "base/param.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "core/debug.h"
+#include "base/debug.h"
 
 struct param_state {
   const char *raw; /* the environment's text, NULL when unset */

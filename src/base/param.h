@@ -6,8 +6,8 @@
  * an integer in 1..32); using the default ...") and the default applies.
  * docs/ENVIRONMENT.md is generated from the table (tests/param_doc.c) and
  * the 'env doc' test fails when the two differ. */
-#ifndef WEFT_CORE_PARAM_H
-#define WEFT_CORE_PARAM_H
+#ifndef WEFT_BASE_PARAM_H
+#define WEFT_BASE_PARAM_H
 
 #include <stddef.h>
 #include <stdint.h>

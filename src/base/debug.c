@@ -5,7 +5,7 @@
  * line "NCCL version 2.27.7+cuda12.8 (weft 0.1.0)". NCCL_DEBUG,
  * NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE come from the parameter table,
  * read once per process. */
-#include "core/debug.h"
+#include "base/debug.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/param.h"
+#include "base/param.h"
 #include "nccl.h"
 #include "weft_config.h"
 #if WEFT_HAVE_CUDA

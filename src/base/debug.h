@@ -1,8 +1,8 @@
 /* Logging in NCCL's format (debug.c says it exactly): NCCL_DEBUG levels,
  * NCCL_DEBUG_SUBSYS masks, NCCL_DEBUG_FILE, and the last-error message that
  * ncclGetLastError returns. */
-#ifndef WEFT_CORE_DEBUG_H
-#define WEFT_CORE_DEBUG_H
+#ifndef WEFT_BASE_DEBUG_H
+#define WEFT_BASE_DEBUG_H
 
 #include <stdarg.h>
 

@@ -1,7 +1,7 @@
 /* The parameter table: one row per environment variable weft reads. A new
  * tunable is a row here and an id in param.h; docs/ENVIRONMENT.md is
  * generated from these rows (weft-params --markdown). */
-#include "core/param.h"
+#include "base/param.h"
 
 #define KEYS_FUNC "allreduce,allgather,reducescatter,broadcast,reduce,send,recv"
 #define INT_ROW(env_, def_, min_, max_, doc_, help_)                                 \

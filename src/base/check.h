@@ -1,14 +1,14 @@
 /* The error macros: check, check-goto, syscall check (retrying EINTR),
  * pthread check. The function that first sees a failure WARNs; callers only
  * pass it up, leaving a "-> %d" trail at INFO. */
-#ifndef WEFT_CORE_CHECK_H
-#define WEFT_CORE_CHECK_H
+#ifndef WEFT_BASE_CHECK_H
+#define WEFT_BASE_CHECK_H
 
 #include <errno.h>
 #include <string.h>
 
 #include "nccl.h"
-#include "core/debug.h"
+#include "base/debug.h"
 
 #define WEFT_CHECK(call)                                                   \
   do {                                                                     \

@@ -1,0 +1,93 @@
+/* The staged engine's table: device buffers of a communicator whose ranks
+ * cannot run kernels against each other, copied through pinned host memory
+ * on the callers' streams and run by the host engine
+ * (exec/cuda_staged.h). Calls return once queued on their streams. */
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "core/comm.h"
+#include "exec/cuda_staged.h"
+#include "exec/engine.h"
+#include "exec/host.h"
+#include "exec/host_plan.h"
+
+static ncclResult_t staged_create(struct ncclComm *comm) {
+  WEFT_CHECK(weft_host_engine_create(comm));
+  return weft_cuda_staged_create(comm);
+}
+
+/* The group's sends and receives as one task, with each op's stream (in
+ * op order): the copies through host memory run on them. Staged ops each
+ * get their own staging copy, so an overlapping send needs none. */
+static ncclResult_t staged_enqueue_p2p(struct ncclComm *comm, const struct weft_engine_op *ops,
+                                       size_t n, size_t np2p) {
+  void **streams = malloc(np2p * sizeof(*streams));
+  if (streams == NULL) {
+    WARN("rank %d: out of memory queuing %zu grouped sends/receives", comm->rank, np2p);
+    return ncclSystemError;
+  }
+  struct weft_host_task task;
+  ncclResult_t res = weft_host_plan_p2p(comm, ops, n, np2p, &task);
+  if (res == ncclSuccess) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < np2p; i++)
+      if (weft_engine_op_is_p2p(&ops[i])) streams[k++] = ops[i].stream;
+    res = weft_cuda_staged_p2p(comm, &task, streams);
+  }
+  free(streams);
+  return res;
+}
+
+static ncclResult_t staged_enqueue(struct ncclComm *comm, const struct weft_engine_op *ops,
+                                   size_t n) {
+  size_t np2p = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (weft_engine_op_is_p2p(&ops[i])) {
+      np2p++;
+      continue;
+    }
+    struct weft_host_task task;
+    WEFT_CHECK(weft_host_plan_coll(comm, &ops[i], &task));
+    comm->op_seq++;
+    WEFT_CHECK(weft_cuda_staged_coll(comm, &task, ops[i].redop.scalar_ptr != NULL, ops[i].stream));
+  }
+  if (np2p > 0) WEFT_CHECK(staged_enqueue_p2p(comm, ops, n, np2p));
+  return ncclSuccess;
+}
+
+/* Stream semantics: the callers' streams wait, ncclGroupEnd does not. */
+static ncclResult_t no_group_wait(struct ncclComm *comm) {
+  (void)comm;
+  return ncclSuccess;
+}
+
+static ncclResult_t no_check(struct ncclComm *comm) {
+  (void)comm;
+  return ncclSuccess;
+}
+
+/* The host engine's waits read comm->abort_flag; no kernel to stop. */
+static void no_fail(struct ncclComm *comm) {
+  (void)comm;
+}
+
+static void staged_destroy(struct ncclComm *comm, int abort) {
+  weft_host_engine_destroy(comm);
+  weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
+}
+
+const struct weft_engine_ops weft_engine_staged_ops = {
+    .size = sizeof(struct weft_engine_ops),
+    .name = "staged",
+    .device_buffers = 1,
+    .create = staged_create,
+    .enqueue = staged_enqueue,
+    .group_wait = no_group_wait,
+    .wait = weft__engine_host_wait,
+    .estimate = weft__engine_host_estimate,
+    .busy = weft_host_engine_busy,
+    .check = no_check,
+    .fail = no_fail,
+    .abort = weft_cuda_staged_abort,
+    .destroy = staged_destroy,
+};
