@@ -84,6 +84,21 @@ START_TEST(cuda_no_direct) {
 }
 END_TEST
 
+/* Over net links (GPU ranks on other hosts) the CUDA engine takes Direct
+ * for small all-reduces, Simple only, and the ring past Direct's size. */
+START_TEST(net_links_direct) {
+  struct ncclComm c = fake_comm(2, 0);
+  c.cuda_net_links = 1;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+}
+END_TEST
+
 START_TEST(tree_crossover) {
   setenv("NCCL_ALGO", "Tree", 1);
   /* Two trees: a step moves a chunk of half the buffer (one channel here). */
@@ -207,6 +222,7 @@ int main(void) {
   tcase_add_test(tc, host_runs_simple);
   tcase_add_test(tc, cuda_crossover);
   tcase_add_test(tc, cuda_no_direct);
+  tcase_add_test(tc, net_links_direct);
   tcase_add_test(tc, tree_crossover);
   tcase_add_test(tc, force_ll);
   tcase_add_test(tc, force_simple);
