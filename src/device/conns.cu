@@ -127,16 +127,6 @@ extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
   return res;
 }
 
-extern "C" ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer,
-                                                int channel, int is_send,
-                                                const struct weft_dev_link *link) {
-  size_t i = (size_t)peer * conns->nchannels + channel;
-  weft_dev_link *at = (is_send ? conns->send : conns->recv) + i;
-  DEV_CUDA(cudaMemcpy(at, link, sizeof(*link), cudaMemcpyHostToDevice),
-           "setting a link's table entry");
-  return ncclSuccess;
-}
-
 extern "C" void weft_dev_conns_destroy(struct weft_dev_conns *conns) {
   if (conns->send != NULL) cudaFree(conns->send);
   *conns = weft_dev_conns{};

@@ -109,11 +109,6 @@ ncclResult_t weft_dev_conns_upload(const struct weft_dev_conns *shape,
                                    const struct weft_dev_link *send,
                                    const struct weft_dev_link *recv, struct weft_dev_conns *out);
 void weft_dev_conns_destroy(struct weft_dev_conns *conns);
-/* Replaces one link of conns's device tables (the send link to peer, or
- * the receive link from it, on channel): how a link of another transport
- * (a net link in pinned host memory) takes the place of the inbox's. */
-ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer, int channel,
-                                     int is_send, const struct weft_dev_link *link);
 /* Reads the error word on stream (waits for that stream only). */
 ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, cudaStream_t stream,
                                   int *failed_out, int *rank_out);
