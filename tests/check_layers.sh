@@ -12,10 +12,12 @@ cd "$root" || exit 2
 
 # Headers a file outside its transport's folder may include: the shared
 # transport headers at the top of transport/, and these: the network
-# interface (net.h) and the net transport's proxy side (net_fifo.h, which
-# src/proxy/ drives). Add a transport's public header here (one word) when
-# it gets one.
-public_transport="transport/net/net.h transport/net/net_fifo.h"
+# interface (net.h), the net transport's proxy side (net_fifo.h, which
+# src/proxy/ drives) and its GPU side's FIFOs (net_gpu.h, which the CUDA
+# engine hands to the proxy), and the p2p transport's slot-size rule
+# (p2p.h). Add a transport's public header here (one word) when it gets one.
+public_transport="transport/net/net.h transport/net/net_fifo.h transport/net/net_gpu.h
+transport/p2p/p2p.h"
 
 bad=0
 breach() {
@@ -119,6 +121,19 @@ done
 flags='(->|\.)(host_engine|staged)\b|weft_(host|cuda)_engine_[a-z_]+\(|weft_cuda_staged_[a-z_]+\('
 if grep -nE "$flags" src/core/*.c src/core/*.h src/api/*.c src/api/*.h 2>/dev/null; then
   echo "the lines above test or call an engine directly; go through comm->engine (exec/engine.h)"
+  bad=1
+fi
+
+# The GPU transports make their own links (transport/gpu_transport.h): CUDA
+# IPC of inboxes only in transport/p2p/, net FIFOs opened and connected
+# only in transport/net/ (the engine uploads what they fill).
+if grep -nE 'cudaIpc[A-Za-z]+\(' $(find src transport -name '*.c' -o -name '*.h' -o -name '*.cu' |
+  grep -v '^transport/p2p/'); then
+  echo "the lines above use CUDA IPC outside transport/p2p/ (the p2p transport maps inboxes)"
+  bad=1
+fi
+if grep -nE 'weft_net_fifo_(open|connect)\(' $(find src -name '*.c' -o -name '*.h'); then
+  echo "the lines above open net FIFOs outside transport/net/ (the net transport's GPU side does)"
   bad=1
 fi
 

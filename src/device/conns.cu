@@ -77,6 +77,29 @@ static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
   return (uint64_t *)b.base + (size_t)b.nranks * b.nchannels * WEFT_DEV_CTRL_WORDS;
 }
 
+extern "C" ncclResult_t weft_dev_conns_upload(const struct weft_dev_conns *shape,
+                                              const struct weft_dev_link *send,
+                                              const struct weft_dev_link *recv,
+                                              struct weft_dev_conns *out) {
+  weft_dev_conns c = *shape;
+  c.send = c.recv = NULL;
+  size_t n = (size_t)c.nranks * c.nchannels;
+  cudaError_t e = cudaMalloc((void **)&c.send, 2 * n * sizeof(weft_dev_link));
+  if (e == cudaSuccess)
+    e = cudaMemcpy(c.send, send, n * sizeof(weft_dev_link), cudaMemcpyHostToDevice);
+  if (e == cudaSuccess)
+    e = cudaMemcpy(c.send + n, recv, n * sizeof(weft_dev_link), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    WARN("device engine: rank %d: the link tables (%zu links): %s", c.rank, 2 * n,
+         cudaGetErrorString(e));
+    if (c.send != NULL) cudaFree(c.send);
+    return ncclUnhandledCudaError;
+  }
+  c.recv = c.send + n;
+  *out = c;
+  return ncclSuccess;
+}
+
 extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
                                              void *const *peer_bases, const unsigned char *cross,
                                              int rank, struct weft_dev_conns *out) {
@@ -99,29 +122,9 @@ extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
       send->sys = recv->sys = cross != NULL && p != rank && cross[p];
     }
   }
-  cudaError_t e = cudaMalloc((void **)&c.send, 2 * n * sizeof(weft_dev_link));
-  if (e == cudaSuccess)
-    e = cudaMemcpy(c.send, tables, 2 * n * sizeof(weft_dev_link), cudaMemcpyHostToDevice);
+  ncclResult_t res = weft_dev_conns_upload(&c, tables, tables + n, out);
   delete[] tables;
-  if (e != cudaSuccess) {
-    WARN("device engine: rank %d: the link tables (%zu links): %s", rank, 2 * n,
-         cudaGetErrorString(e));
-    if (c.send != NULL) cudaFree(c.send);
-    return ncclUnhandledCudaError;
-  }
-  c.recv = c.send + n;
-  *out = c;
-  return ncclSuccess;
-}
-
-extern "C" ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer,
-                                                int channel, int is_send,
-                                                const struct weft_dev_link *link) {
-  size_t i = (size_t)peer * conns->nchannels + channel;
-  weft_dev_link *at = (is_send ? conns->send : conns->recv) + i;
-  DEV_CUDA(cudaMemcpy(at, link, sizeof(*link), cudaMemcpyHostToDevice),
-           "setting a link's table entry");
-  return ncclSuccess;
+  return res;
 }
 
 extern "C" void weft_dev_conns_destroy(struct weft_dev_conns *conns) {

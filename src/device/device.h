@@ -13,55 +13,14 @@
 
 #include "nccl.h"
 #include "sched/schedule.h"
+#include "transport/dev_link.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Simple protocol defaults: slots per connection and bytes per slot. */
-#define WEFT_DEV_NSLOTS 8
-#define WEFT_DEV_SLOT_BYTES (128u << 10)
-/* Counter words per connection: head at 0, tail at 16 (128 bytes apart). */
-#define WEFT_DEV_CTRL_WORDS 32
-/* LL protocol slots (src/device/proto_ll.cuh): nslots per connection too,
- * each of 16-byte lines that carry 8 bytes of data, so half is payload. */
-#define WEFT_DEV_LL_SLOT_BYTES (32u << 10)
-
-/* One direction of one connection, as a kernel sees it: nslots slots of
- * slot_bytes, nslots LL slots of ll_slot_bytes, and two 64-bit counters,
- * head (slots consumed, written by the receiver) and tail (slots filled,
- * written by the sender), counting the slots of both protocols. They live
- * in the receiver's memory; the sender reaches them by a pointer that is
- * its own (same process), a peer pointer (another GPU of this process) or
- * a CUDA IPC mapping (another process). */
-struct weft_dev_link {
-  char *slots;
-  uint64_t *head;
-  uint64_t *tail;
-  char *ll; /* LL slots: only LL ever writes them, so no stale flag is data */
-  /* Bytes the sender put in each Simple slot, written before the tail's
-   * release: a net link's proxy sends that many (src/proxy/). NULL on the
-   * links where the receiving kernel reads the slot itself. */
-  uint32_t *sizes;
-  /* The two ends are on different GPUs: the counters are released and
-   * acquired at system scope (the GPU scope orders one GPU's threads only). */
-  uint32_t sys;
-};
-
-/* A rank's inbox: the FIFOs its peers send to, in its own device memory,
- * one allocation so one IPC handle shares all of it. Layout: counters
- * [src][channel][WEFT_DEV_CTRL_WORDS], one error word, LL slots
- * [src][channel][nslots][ll_slot_bytes] (zeroed: flag 0 is never
- * expected), then slots [src][channel][nslots][slot_bytes]. */
-struct weft_dev_inbox {
-  void *base;
-  size_t bytes;
-  int nranks;
-  int nchannels;
-  int nslots;
-  size_t slot_bytes;
-  size_t ll_slot_bytes;
-};
+/* The link descriptor, the inbox layout and the slot constants are plain C
+ * shared with the transports' GPU sides: transport/dev_link.h. */
 
 /* What one rank's kernels use: its send and receive links, indexed
  * [peer * nchannels + channel], as device arrays, and its error word
@@ -142,12 +101,14 @@ struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox *layout, vo
  * another GPU (NULL: every peer shares this rank's GPU). */
 ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine, void *const *peer_bases,
                                   const unsigned char *cross, int rank, struct weft_dev_conns *out);
+/* Copies rank's tables to the device from host arrays send and recv
+ * ([peer * nchannels + channel], shape->nranks * nchannels each, as the
+ * transports filled them: transport/gpu_transport.h); the other fields
+ * are shape's (error, abort, diag and timeout are the caller's to set). */
+ncclResult_t weft_dev_conns_upload(const struct weft_dev_conns *shape,
+                                   const struct weft_dev_link *send,
+                                   const struct weft_dev_link *recv, struct weft_dev_conns *out);
 void weft_dev_conns_destroy(struct weft_dev_conns *conns);
-/* Replaces one link of conns's device tables (the send link to peer, or
- * the receive link from it, on channel): how a link of another transport
- * (a net link in pinned host memory) takes the place of the inbox's. */
-ncclResult_t weft_dev_conns_set_link(const struct weft_dev_conns *conns, int peer, int channel,
-                                     int is_send, const struct weft_dev_link *link);
 /* Reads the error word on stream (waits for that stream only). */
 ncclResult_t weft_dev_conns_error(const struct weft_dev_conns *conns, cudaStream_t stream,
                                   int *failed_out, int *rank_out);

@@ -1,8 +1,8 @@
-/* The CUDA engine: see exec/cuda.h and docs/CUDA.md. Each rank owns an
- * inbox (the FIFOs its peers write into); at init the ranks exchange where
- * theirs are (a pointer, or a CUDA IPC handle for another process) and each
- * builds its link tables. Plans go to the device once per shape and stay
- * cached, so a launch is one kernel on the caller's stream. */
+/* The CUDA engine: see exec/cuda.h and docs/CUDA.md. At init the GPU
+ * transports (transport/gpu_transport.h: p2p, then net) link this rank to
+ * its peers and the engine uploads the link tables its kernels read. Plans
+ * go to the device once per shape and stay cached, so a launch is one
+ * kernel on the caller's stream. */
 #include "exec/cuda.h"
 
 #include <stdint.h>
@@ -23,6 +23,8 @@
 #include "core/device.h"
 #include "device/device.h"
 #include "exec/cuda_net.h"
+#include "transport/gpu_transport.h"
+#include "transport/p2p/p2p.h"
 
 /* CUDA maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
  * queues (8 by default); two streams on one queue run in order. Ranks
@@ -74,23 +76,20 @@ struct engine_flags {
   struct weft_dev_wait_diag diag;
 };
 
-/* What a rank tells its peers about its inbox. */
-struct inbox_card {
-  int pid;
-  int dev;
-  void *base;
-  size_t slot_bytes; /* a sender lays out its slots as the receiver's */
-  cudaIpcMemHandle_t handle;
+/* The GPU transports, in the order every rank connects them (collective),
+ * and the state each keeps for this communicator. */
+enum { LINKS_P2P, LINKS_NET, LINKS_N };
+static const struct weft_gpu_transport_ops *const gpu_transports[LINKS_N] = {
+    [LINKS_P2P] = &weft_p2p_gpu_ops,
+    [LINKS_NET] = &weft_net_gpu_ops,
 };
 
 struct weft_cuda_engine {
   int dev;
-  struct weft_dev_inbox inbox;
-  void **peer_bases;         /* nranks: this process's address of each peer's inbox */
-  unsigned char *opened;     /* nranks: peer_bases[p] is a CUDA IPC mapping */
   unsigned char *cross;      /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
   unsigned char *net_peer;   /* nranks: peer p is on another host: net links (cuda_net.h) */
-  struct weft_cuda_net *net; /* NULL when no peer is */
+  struct weft_cuda_net *net; /* the net links' proxy side; NULL when no peer is a net peer */
+  void *links[LINKS_N];      /* gpu_transports[t]'s state (NULL: none) */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
   struct engine_flags *flags;
@@ -136,106 +135,78 @@ static ncclResult_t lanes_cap(struct ncclComm *comm, const unsigned char *cross,
   return ncclSuccess;
 }
 
-/* Simple slots of ranks on different GPUs: a link's 8 slots then hold
- * 4 MiB, NCCL's default buffer per connection. On 2 H200s over NVLink
- * (nccl-tests all_reduce_perf through weft, 16 channels, 4 MiB chunks,
- * 1 GiB, 2026-11-29) busbw was 212 GB/s with 128 KiB slots and 256-259
- * with 512 KiB (docs/PERFORMANCE.md). Ranks that all share one GPU keep
- * the device default (128 KiB): their inboxes add up in that GPU's
- * memory. */
-#define CROSS_GPU_SLOT_BYTES (512u << 10)
-
-/* The Simple slot size of this rank's inbox, the same on every rank (all
- * see the same bus ids and environment; map_peers checks): NCCL_BUFFSIZE,
- * when set, is one link's slots together, as NCCL's per-connection
- * buffer; else CROSS_GPU_SLOT_BYTES when some rank is on another GPU
- * (cross[p]), else the device default (0). */
-static size_t slot_bytes(const struct ncclComm *comm, const unsigned char *cross) {
-  if (!weft_param_is_set(WEFT_PARAM_BUFFSIZE)) {
-    for (int p = 0; p < comm->nranks; p++)
-      if (cross[p]) return CROSS_GPU_SLOT_BYTES;
-    return 0;
-  }
-  int64_t b = weft_param_int(WEFT_PARAM_BUFFSIZE) / WEFT_DEV_NSLOTS;
-  b -= b % 16;
-  const int64_t lo = WEFT_DEV_LL_SLOT_BYTES / 2;
-  if (b < lo) {
-    INFO(WEFT_INIT, "rank %d: NCCL_BUFFSIZE=%lld is below %lld bytes a link: using that",
-         comm->rank, (long long)weft_param_int(WEFT_PARAM_BUFFSIZE),
-         (long long)lo * WEFT_DEV_NSLOTS);
-    b = lo;
-  }
-  return (size_t)b;
+static ncclResult_t bootstrap_allgather(void *ctx, void *all, size_t bytes) {
+  return weft_bootstrap_allgather(ctx, all, bytes);
 }
 
-/* Maps every peer's inbox into this process. */
-static ncclResult_t map_peers(struct ncclComm *comm, struct weft_cuda_engine *e) {
+static const struct weft_gpu_inbox_fns inbox_fns = {
+    .create = weft_dev_inbox_create,
+    .destroy = weft_dev_inbox_destroy,
+    .link = weft_dev_inbox_link,
+};
+
+/* Links this rank to every peer, each through one GPU transport (net for
+ * the net peers, p2p for the rest and for itself), asking the transports
+ * in gpu_transports's order, and uploads the tables for nch channels. */
+static ncclResult_t links_connect(struct ncclComm *comm, struct weft_cuda_engine *e, int nch) {
   ncclResult_t res = ncclSuccess;
-  struct inbox_card *cards = calloc((size_t)comm->nranks, sizeof(*cards));
-  if (cards == NULL) {
-    WARN("rank %d: out of memory exchanging CUDA inboxes", comm->rank);
-    return ncclSystemError;
+  const struct weft_gpu_setup setup = {
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .nchannels = nch,
+      .nslots = WEFT_DEV_NSLOTS,
+      .slot_bytes = weft_p2p_slot_bytes(comm->rank, comm->nranks, e->cross),
+      .cuda_dev = e->dev,
+      .cross = e->cross,
+      .timeout_s = weft_param_int(WEFT_PARAM_TIMEOUT),
+      .allgather = bootstrap_allgather,
+      .allgather_ctx = comm->bootstrap,
+      .error = &e->flags->error,
+      .abort = (const volatile uint32_t *)&e->flags->abort,
+      .inbox = &inbox_fns,
+  };
+  size_t n = (size_t)comm->nranks * nch;
+  struct weft_dev_link *tables = calloc(2 * n, sizeof(*tables));
+  unsigned char *mask = malloc((size_t)comm->nranks);
+  if (tables == NULL || mask == NULL) {
+    WARN("rank %d: out of memory for the CUDA engine's link tables", comm->rank);
+    res = ncclSystemError;
+    goto out;
   }
-  struct inbox_card *me = &cards[comm->rank];
-  me->pid = (int)getpid();
-  me->dev = e->dev;
-  me->base = e->inbox.base;
-  me->slot_bytes = e->inbox.slot_bytes;
-  CUDA_GOTO(comm, cudaIpcGetMemHandle(&me->handle, e->inbox.base), "cudaIpcGetMemHandle", out);
-  res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
-  if (res != ncclSuccess) goto out;
-  for (int p = 0; p < comm->nranks; p++) {
-    if (p == comm->rank) continue;
-    const struct inbox_card *c = &cards[p];
-    if (c->slot_bytes != me->slot_bytes) {
-      WARN(
-          "rank %d: CUDA engine: rank %d has slots of %zu bytes and this rank %zu: every rank "
-          "must see the same NCCL_BUFFSIZE",
-          comm->rank, p, c->slot_bytes, me->slot_bytes);
-      res = ncclInvalidUsage;
-      goto out;
-    }
-    if (e->net_peer[p]) continue; /* reached over net links, not its inbox */
-    if (c->pid == me->pid) {
-      if (c->dev != e->dev) {
-        cudaError_t err = cudaDeviceEnablePeerAccess(c->dev, 0);
-        if (err == cudaErrorPeerAccessAlreadyEnabled)
-          (void)cudaGetLastError();
-        else
-          CUDA_GOTO(comm, err, "cudaDeviceEnablePeerAccess", out);
-      }
-      e->peer_bases[p] = c->base;
-      continue;
-    }
-    CUDA_GOTO(comm,
-              cudaIpcOpenMemHandle(&e->peer_bases[p], c->handle, cudaIpcMemLazyEnablePeerAccess),
-              "cudaIpcOpenMemHandle of a peer's inbox", out);
-    e->opened[p] = 1;
+  for (int t = 0; t < LINKS_N; t++) {
+    for (int p = 0; p < comm->nranks; p++) mask[p] = (t == LINKS_NET) == (e->net_peer[p] != 0);
+    res = gpu_transports[t]->connect(&setup, mask, tables, tables + n, &e->links[t]);
+    if (res != ncclSuccess) goto out;
   }
+  struct weft_dev_conns shape = {.rank = comm->rank,
+                                 .nranks = comm->nranks,
+                                 .nchannels = nch,
+                                 .nslots = WEFT_DEV_NSLOTS,
+                                 .slot_bytes = setup.slot_bytes,
+                                 .ll_slot_bytes = WEFT_DEV_LL_SLOT_BYTES};
+  res = weft_dev_conns_upload(&shape, tables, tables + n, &e->conns);
 out:
-  free(cards);
+  free(tables);
+  free(mask);
   return res;
 }
 
-static void engine_free(struct weft_cuda_engine *e, int nranks) {
-  weft_cuda_net_destroy(e->net);
-  for (int p = 0; p < nranks && e->opened != NULL; p++)
-    if (e->opened[p]) cudaIpcCloseMemHandle(e->peer_bases[p]);
+/* abort: no kernel waits are drained (init failed, or ncclCommAbort). */
+static void engine_free(struct weft_cuda_engine *e, int abort) {
+  weft_cuda_net_destroy(e->net); /* the proxy lets go of the net links first */
+  for (int t = LINKS_N - 1; t >= 0; t--) gpu_transports[t]->free(e->links[t], abort);
   weft_dev_conns_destroy(&e->conns);
   for (int i = 0; i < e->nplans; i++) {
     weft_dev_plan_free(&e->plans[i].plan);
     free(e->plans[i].ops);
     weft_cuda_net_ops_free(e->plans[i].net_ops);
   }
-  weft_dev_inbox_destroy(&e->inbox);
   weft_dev_barrier_destroy(e->barrier);
   if (e->flags != NULL) cudaFreeHost(e->flags);
   if (e->side != NULL) cudaStreamDestroy(e->side);
   if (e->last != NULL) cudaEventDestroy(e->last);
   if (e->join != NULL) cudaEventDestroy(e->join);
   free(e->plans);
-  free(e->peer_bases);
-  free(e->opened);
   free(e->cross);
   free(e->net_peer);
   free(e);
@@ -245,16 +216,13 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   ncclResult_t res = ncclSuccess;
   struct weft_cuda_engine *e = calloc(1, sizeof(*e));
   if (e != NULL) {
-    e->peer_bases = calloc((size_t)comm->nranks, sizeof(*e->peer_bases));
-    e->opened = calloc((size_t)comm->nranks, 1);
     e->cross = calloc((size_t)comm->nranks, 1);
     e->net_peer = calloc((size_t)comm->nranks, 1);
     e->plans = calloc(PLAN_CACHE_MAX, sizeof(*e->plans));
   }
-  if (e == NULL || e->peer_bases == NULL || e->opened == NULL || e->cross == NULL ||
-      e->net_peer == NULL || e->plans == NULL) {
+  if (e == NULL || e->cross == NULL || e->net_peer == NULL || e->plans == NULL) {
     WARN("rank %d: out of memory for the CUDA engine", comm->rank);
-    if (e != NULL) engine_free(e, comm->nranks);
+    if (e != NULL) engine_free(e, 1);
     return ncclSystemError;
   }
   e->dev = comm->cuda_dev;
@@ -287,11 +255,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   memset(e->flags, 0, sizeof(*e->flags));
   res = weft_dev_barrier_create(&e->barrier);
   if (res != ncclSuccess) goto err;
-  res = weft_dev_inbox_create(comm->nranks, nch * 2, slot_bytes(comm, e->cross), &e->inbox);
-  if (res != ncclSuccess) goto err;
-  res = map_peers(comm, e);
-  if (res != ncclSuccess) goto err;
-  res = weft_dev_conns_build(&e->inbox, e->peer_bases, e->cross, comm->rank, &e->conns);
+  res = links_connect(comm, e, nch * 2);
   if (res != ncclSuccess) goto err;
   struct engine_flags *flags_dev = NULL;
   CUDA_GOTO(comm, cudaHostGetDevicePointer((void **)&flags_dev, e->flags, 0),
@@ -301,7 +265,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   e->conns.diag = &flags_dev->diag;
   e->conns.timeout_ns = (uint64_t)weft_param_int(WEFT_PARAM_TIMEOUT) * 1000000000ull;
   if (nnet > 0)
-    res = weft_cuda_net_create(comm, e->net_peer, &e->conns, &e->flags->error,
+    res = weft_cuda_net_create(comm, e->net_peer, &e->conns, e->links[LINKS_NET], &e->flags->error,
                                (const volatile uint32_t *)&e->flags->abort, &e->net);
   if (res != ncclSuccess) goto err;
   comm->cuda_net_links = nnet > 0;
@@ -309,7 +273,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;
 err:
-  engine_free(e, comm->nranks);
+  engine_free(e, 1);
   return res;
 }
 
@@ -324,11 +288,11 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   comm->cuda = NULL;
   weft_device_select(e->dev);
   if (abort) __atomic_store_n((uint32_t *)&e->flags->abort, 1, __ATOMIC_RELEASE);
-  /* Kernels still reading the inbox or the plans must end first; with the
+  /* Kernels still reading the links or the plans must end first; with the
    * abort word set they end within one poll. */
   cudaEventSynchronize(e->last);
   if (!abort) weft_cuda_net_drain(e->net); /* the last slots the kernels published */
-  engine_free(e, comm->nranks);
+  engine_free(e, abort);
 }
 
 /* The cached entry for key (and, for send/recv, its op list), or NULL. */

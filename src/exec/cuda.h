@@ -24,8 +24,9 @@ enum weft_cuda_path {
 /* Collective over comm's bootstrap: every rank returns the same path, and
  * one INFO line says which and why. */
 ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out);
-/* Collective: creates comm's inbox, exchanges it with every peer and builds
- * the link tables; sets comm->cuda. */
+/* Collective: links every peer through a GPU transport (p2p's inboxes, net
+ * links: transport/gpu_transport.h) and uploads the link tables; sets
+ * comm->cuda. */
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm);
 /* Waits for comm's last launch (unless aborting), then frees its memory. */
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort);

@@ -1,10 +1,8 @@
 /* The CUDA engine's net links: see exec/cuda_net.h. */
 #include "exec/cuda_net.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/check.h"
 #include "core/comm.h"
@@ -14,18 +12,14 @@
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
 #include <cuda_runtime_api.h>
 
-#include "core/bootstrap.h"
 #include "device/device.h"
 #include "proxy/proxy.h"
-#include "transport/net/net_fifo.h"
+#include "transport/net/net_gpu.h"
 
 struct weft_cuda_net {
-  int rank, nranks, nchannels, nslots;
-  size_t slot_bytes, fifo_bytes;
-  const struct weft_net_ops *net;
-  struct weft_net_fifo *fifos; /* [weft_proxy_link_index]; used for net peers only */
+  int rank, nranks, nchannels;
+  size_t slot_bytes;
   unsigned char *net_peer;
-  char *mem; /* pinned: every net link's FIFO, one after another */
   struct weft_proxy_comm *proxy;
 };
 
@@ -50,92 +44,16 @@ int weft_cuda_net_max_channels(void) {
   return (int)weft_param_int(WEFT_PARAM_NET_GPU_NCHANNELS);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Opens both directions of every channel to every net peer; the receive
- * sides' handles go to mine[(p * nchannels + ch) * HANDLE]. */
-static ncclResult_t fifos_open(struct weft_cuda_net *n, char *mine) {
-  char *mem = n->mem;
+/* Hands every FIFO of the net transport's links to the proxy, each with
+ * the error word that names its peer, and starts it. */
+static ncclResult_t links_publish(struct weft_cuda_net *n, void *links) {
   for (int p = 0; p < n->nranks; p++) {
     if (!n->net_peer[p]) continue;
     for (int ch = 0; ch < n->nchannels; ch++) {
       for (int s = 0; s < 2; s++) {
         uint32_t i = weft_proxy_link_index(n->nchannels, p, ch, s);
-        char *handle = mine + ((size_t)p * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
-        WEFT_CHECK(weft_net_fifo_open(n->net, s, p, ch, n->nslots, n->slot_bytes, mem,
-                                      s ? NULL : handle, &n->fifos[i]));
-        mem += n->fifo_bytes;
-      }
-    }
-  }
-  return ncclSuccess;
-}
-
-/* Connects every FIFO, sends and accepts in one loop so that no pair of
- * ranks waits on each other; all holds every rank's handles. */
-static ncclResult_t fifos_connect(struct weft_cuda_net *n, const char *all) {
-  size_t block = (size_t)n->nranks * n->nchannels * WEFT_NET_HANDLE_BYTES;
-  double deadline = now_s() + (double)weft_param_int(WEFT_PARAM_TIMEOUT);
-  for (;;) {
-    int left = 0;
-    for (int p = 0; p < n->nranks; p++) {
-      if (!n->net_peer[p]) continue;
-      for (int ch = 0; ch < n->nchannels; ch++) {
-        for (int s = 0; s < 2; s++) {
-          struct weft_net_fifo *f = &n->fifos[weft_proxy_link_index(n->nchannels, p, ch, s)];
-          if (f->mh != NULL) continue;
-          const char *h = all + (size_t)p * block +
-                          ((size_t)n->rank * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
-          int done = 0;
-          WEFT_CHECK(weft_net_fifo_connect(f, h, &done));
-          left += !done;
-        }
-      }
-    }
-    if (left == 0) return ncclSuccess;
-    if (now_s() > deadline) {
-      WARN("rank %d: %d net links still unconnected after %lld s (WEFT_TIMEOUT)", n->rank, left,
-           (long long)weft_param_int(WEFT_PARAM_TIMEOUT));
-      return ncclRemoteError;
-    }
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
-}
-
-/* Points the kernels' tables at the FIFOs (device addresses of the same
- * pinned memory), logs each link, and hands the FIFOs to the proxy. */
-static ncclResult_t fifos_publish(struct weft_cuda_net *n, const struct weft_dev_conns *conns) {
-  char *dmem = NULL;
-  cudaError_t err = cudaHostGetDevicePointer((void **)&dmem, n->mem, 0);
-  if (err != cudaSuccess) {
-    WARN("rank %d: the device address of the net links' FIFOs: %s", n->rank,
-         cudaGetErrorString(err));
-    return ncclUnhandledCudaError;
-  }
-  for (int p = 0; p < n->nranks; p++) {
-    if (!n->net_peer[p]) continue;
-    for (int ch = 0; ch < n->nchannels; ch++) {
-      for (int s = 0; s < 2; s++) {
-        uint32_t i = weft_proxy_link_index(n->nchannels, p, ch, s);
-        struct weft_net_fifo *f = &n->fifos[i];
-#define DEV(ptr) ((void *)(dmem + ((char *)(ptr)-n->mem)))
-        struct weft_dev_link l = {.slots = DEV(f->slots),
-                                  .head = DEV(f->head),
-                                  .tail = DEV(f->tail),
-                                  .ll = NULL,
-                                  .sizes = s ? DEV(f->sizes) : NULL,
-                                  .sys = 1};
-#undef DEV
-        WEFT_CHECK(weft_dev_conns_set_link(conns, p, ch, s, &l));
-        weft_proxy_comm_set_link(n->proxy, i, f, WEFT_DEV_ERROR_WORD(WEFT_DEV_ERR_NET, n->rank, p));
-        if (s)
-          INFO(WEFT_INIT | WEFT_NET, "rank %d -> rank %d channel %d via NET/%s/proxy", n->rank, p,
-               ch, n->net->name);
+        weft_proxy_comm_set_link(n->proxy, i, weft_net_gpu_fifo(links, p, ch, s),
+                                 WEFT_DEV_ERROR_WORD(WEFT_DEV_ERR_NET, n->rank, p));
       }
     }
   }
@@ -143,55 +61,29 @@ static ncclResult_t fifos_publish(struct weft_cuda_net *n, const struct weft_dev
 }
 
 ncclResult_t weft_cuda_net_create(struct ncclComm *comm, const unsigned char *net_peer,
-                                  const struct weft_dev_conns *conns, uint64_t *error,
+                                  const struct weft_dev_conns *conns, void *links, uint64_t *error,
                                   const volatile uint32_t *abort, struct weft_cuda_net **out) {
   ncclResult_t res = ncclSuccess;
   struct weft_cuda_net *n = calloc(1, sizeof(*n));
-  if (n == NULL) goto oom;
+  if (n == NULL || (n->net_peer = malloc((size_t)comm->nranks)) == NULL) {
+    WARN("rank %d: out of memory for the net links", comm->rank);
+    weft_cuda_net_destroy(n);
+    return ncclSystemError;
+  }
   n->rank = comm->rank;
   n->nranks = comm->nranks;
   n->nchannels = conns->nchannels;
-  n->nslots = conns->nslots;
   n->slot_bytes = conns->slot_bytes;
-  n->fifo_bytes = weft_net_fifo_bytes(n->nslots, n->slot_bytes);
-  size_t nlinks = (size_t)n->nranks * n->nchannels * 2, nnet = 0;
-  for (int p = 0; p < n->nranks; p++) nnet += net_peer[p] != 0;
-  n->fifos = calloc(nlinks, sizeof(*n->fifos));
-  n->net_peer = malloc((size_t)n->nranks);
-  size_t block = (size_t)n->nranks * n->nchannels * WEFT_NET_HANDLE_BYTES;
-  char *handles = calloc((size_t)n->nranks, block);
-  if (n->fifos == NULL || n->net_peer == NULL || handles == NULL) {
-    free(handles);
-    goto oom;
-  }
   memcpy(n->net_peer, net_peer, (size_t)n->nranks);
-  res = weft_net_get(&n->net);
-  if (res == ncclSuccess) {
-    cudaError_t err = cudaHostAlloc((void **)&n->mem, nnet * n->nchannels * 2 * n->fifo_bytes,
-                                    cudaHostAllocMapped);
-    if (err != cudaSuccess) {
-      WARN("rank %d: pinned host memory for %zu net links (%zu bytes each): %s", n->rank,
-           nnet * n->nchannels * 2, n->fifo_bytes, cudaGetErrorString(err));
-      res = ncclUnhandledCudaError;
-    }
-  }
-  if (res == ncclSuccess)
-    res = weft_proxy_comm_create(comm->cuda_dev, n->rank, (int)nlinks, error, abort, &n->proxy);
-  if (res == ncclSuccess) res = fifos_open(n, handles + (size_t)n->rank * block);
-  if (res == ncclSuccess) res = weft_bootstrap_allgather(comm->bootstrap, handles, block);
-  if (res == ncclSuccess) res = fifos_connect(n, handles);
-  free(handles);
-  if (res == ncclSuccess) res = fifos_publish(n, conns);
+  int nlinks = n->nranks * n->nchannels * 2;
+  res = weft_proxy_comm_create(comm->cuda_dev, n->rank, nlinks, error, abort, &n->proxy);
+  if (res == ncclSuccess) res = links_publish(n, links);
   if (res != ncclSuccess) {
     weft_cuda_net_destroy(n);
     return res;
   }
   *out = n;
   return ncclSuccess;
-oom:
-  WARN("rank %d: out of memory for the net links", comm->rank);
-  weft_cuda_net_destroy(n);
-  return ncclSystemError;
 }
 
 void weft_cuda_net_drain(struct weft_cuda_net *n) {
@@ -200,13 +92,8 @@ void weft_cuda_net_drain(struct weft_cuda_net *n) {
 
 void weft_cuda_net_destroy(struct weft_cuda_net *n) {
   if (n == NULL) return;
-  /* The proxy lets go of the FIFOs before they close. */
+  /* The proxy lets go of the FIFOs before the transport closes them. */
   weft_proxy_comm_destroy(n->proxy);
-  size_t nlinks = (size_t)n->nranks * n->nchannels * 2;
-  for (size_t i = 0; n->fifos != NULL && i < nlinks; i++)
-    if (n->fifos[i].net != NULL) weft_net_fifo_close(&n->fifos[i]);
-  if (n->mem != NULL) cudaFreeHost(n->mem);
-  free(n->fifos);
   free(n->net_peer);
   free(n);
 }

@@ -1,11 +1,11 @@
-/* The CUDA engine's net links (docs/CUDA.md, "GPU ranks on other hosts"):
- * for every peer on another host, a FIFO per channel and direction in
- * pinned, mapped host memory that the kernels use like any link (Simple
- * only, system-scope counters) and the proxy thread (src/proxy/) carries
- * over the network (transport/net/net_fifo.h). Made at engine creation,
- * patched into the device link tables; each launch posts the slots its
- * plan moves on them, from the launch call, or from a CUDA host function
- * on the stream while it is captured (so every replay of a graph posts). */
+/* The CUDA engine's net links (docs/CUDA.md, "GPU ranks on other hosts"),
+ * the engine's part: which peers get them (another host, WEFT_NET_GPU) and
+ * the proxy side. The links themselves (a FIFO per channel and direction
+ * in pinned, mapped host memory, connected over the network) are the net
+ * transport's GPU side (transport/net/net_gpu.h); here they are handed to
+ * the proxy thread (src/proxy/), and each launch posts the slots its plan
+ * moves on them, from the launch call, or from a CUDA host function on the
+ * stream while it is captured (so every replay of a graph posts). */
 #ifndef WEFT_EXEC_CUDA_NET_H
 #define WEFT_EXEC_CUDA_NET_H
 
@@ -27,12 +27,12 @@ int weft_cuda_net_peers(const struct ncclComm *comm, unsigned char *net_peer);
  * links gets at most (WEFT_NET_GPU_NCHANNELS). */
 int weft_cuda_net_max_channels(void);
 
-/* Connects the net links of every channel of conns to every net peer
- * (handles through the bootstrap; bounded by WEFT_TIMEOUT), points conns's
- * tables at them and hands them to the proxy. error and abort are the
- * engine's host-mapped words (host addresses). */
+/* Hands the net transport's links (links: the state weft_net_gpu_ops's
+ * connect made for the peers in net_peer, on every channel of conns) to
+ * the proxy and starts it. error and abort are the engine's host-mapped
+ * words (host addresses). Destroy this before the transport frees links. */
 ncclResult_t weft_cuda_net_create(struct ncclComm *comm, const unsigned char *net_peer,
-                                  const struct weft_dev_conns *conns, uint64_t *error,
+                                  const struct weft_dev_conns *conns, void *links, uint64_t *error,
                                   const volatile uint32_t *abort, struct weft_cuda_net **out);
 /* Before a destroy that is not an abort, once the kernels ended: waits
  * (WEFT_TIMEOUT at most) until the proxy sent the last slots they

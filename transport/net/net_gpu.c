@@ -1,0 +1,237 @@
+/* The net transport's GPU side: see transport/net/net_gpu.h. */
+#include "transport/net/net_gpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/check.h"
+#include "transport/gpu_transport.h"
+#include "weft_config.h"
+
+#if WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+struct net_gpu {
+  int rank, nranks, nchannels, nslots;
+  size_t slot_bytes, fifo_bytes;
+  const struct weft_net_ops *net;
+  struct weft_net_fifo *fifos; /* [fifo_index]; used for net peers only */
+  unsigned char *net_peer;
+  char *mem; /* pinned: every net link's FIFO, one after another */
+};
+
+/* One entry per (peer, channel, way), as the proxy's link table. */
+static size_t fifo_index(const struct net_gpu *n, int peer, int channel, int is_send) {
+  return ((size_t)peer * (size_t)n->nchannels + (size_t)channel) * 2u + (is_send ? 1u : 0u);
+}
+
+struct weft_net_fifo *weft_net_gpu_fifo(void *state, int peer, int channel, int is_send) {
+  struct net_gpu *n = state;
+  if (n == NULL || !n->net_peer[peer]) return NULL;
+  return &n->fifos[fifo_index(n, peer, channel, is_send)];
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Opens both directions of every channel to every net peer; the receive
+ * sides' handles go to mine[(p * nchannels + ch) * HANDLE]. */
+static ncclResult_t fifos_open(struct net_gpu *n, char *mine) {
+  char *mem = n->mem;
+  for (int p = 0; p < n->nranks; p++) {
+    if (!n->net_peer[p]) continue;
+    for (int ch = 0; ch < n->nchannels; ch++) {
+      for (int s = 0; s < 2; s++) {
+        char *handle = mine + ((size_t)p * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
+        WEFT_CHECK(weft_net_fifo_open(n->net, s, p, ch, n->nslots, n->slot_bytes, mem,
+                                      s ? NULL : handle, &n->fifos[fifo_index(n, p, ch, s)]));
+        mem += n->fifo_bytes;
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+/* Connects every FIFO, sends and accepts in one loop so that no pair of
+ * ranks waits on each other; all holds every rank's handles. */
+static ncclResult_t fifos_connect(struct net_gpu *n, const char *all, int64_t timeout_s) {
+  size_t block = (size_t)n->nranks * n->nchannels * WEFT_NET_HANDLE_BYTES;
+  double deadline = now_s() + (double)timeout_s;
+  for (;;) {
+    int left = 0;
+    for (int p = 0; p < n->nranks; p++) {
+      if (!n->net_peer[p]) continue;
+      for (int ch = 0; ch < n->nchannels; ch++) {
+        for (int s = 0; s < 2; s++) {
+          struct weft_net_fifo *f = &n->fifos[fifo_index(n, p, ch, s)];
+          if (f->mh != NULL) continue;
+          const char *h = all + (size_t)p * block +
+                          ((size_t)n->rank * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
+          int done = 0;
+          WEFT_CHECK(weft_net_fifo_connect(f, h, &done));
+          left += !done;
+        }
+      }
+    }
+    if (left == 0) return ncclSuccess;
+    if (now_s() > deadline) {
+      WARN("rank %d: %d net links still unconnected after %lld s (WEFT_TIMEOUT)", n->rank, left,
+           (long long)timeout_s);
+      return ncclRemoteError;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* The kernels' view of the FIFOs (device addresses of the same pinned
+ * memory), one link per channel and way of every net peer; logs each. */
+static ncclResult_t fifos_links(struct net_gpu *n, struct weft_dev_link *send,
+                                struct weft_dev_link *recv) {
+  char *dmem = NULL;
+  cudaError_t err = cudaHostGetDevicePointer((void **)&dmem, n->mem, 0);
+  if (err != cudaSuccess) {
+    WARN("rank %d: the device address of the net links' FIFOs: %s", n->rank,
+         cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  for (int p = 0; p < n->nranks; p++) {
+    if (!n->net_peer[p]) continue;
+    INFO(WEFT_GRAPH, "rank %d -> rank %d: NET/%s/proxy", n->rank, p, n->net->name);
+    for (int ch = 0; ch < n->nchannels; ch++) {
+      for (int s = 0; s < 2; s++) {
+        struct weft_net_fifo *f = &n->fifos[fifo_index(n, p, ch, s)];
+#define DEV(ptr) ((void *)(dmem + ((char *)(ptr)-n->mem)))
+        struct weft_dev_link l = {.slots = DEV(f->slots),
+                                  .head = DEV(f->head),
+                                  .tail = DEV(f->tail),
+                                  .ll = NULL,
+                                  .sizes = s ? DEV(f->sizes) : NULL,
+                                  .sys = 1};
+#undef DEV
+        (s ? send : recv)[(size_t)p * n->nchannels + ch] = l;
+        if (s)
+          INFO(WEFT_INIT | WEFT_NET, "rank %d -> rank %d channel %d via NET/%s/proxy", n->rank, p,
+               ch, n->net->name);
+      }
+    }
+  }
+  return ncclSuccess;
+}
+
+static void net_gpu_free(void *state, int abort) {
+  struct net_gpu *n = state;
+  (void)abort; /* the engine drained (or aborted) the proxy before */
+  if (n == NULL) return;
+  size_t nlinks = (size_t)n->nranks * n->nchannels * 2;
+  for (size_t i = 0; n->fifos != NULL && i < nlinks; i++)
+    if (n->fifos[i].net != NULL) weft_net_fifo_close(&n->fifos[i]);
+  if (n->mem != NULL) cudaFreeHost(n->mem);
+  free(n->fifos);
+  free(n->net_peer);
+  free(n);
+}
+
+/* The state, the network and the pinned memory for nnet peers. */
+static ncclResult_t net_gpu_alloc(const struct weft_gpu_setup *s, const unsigned char *peers,
+                                  size_t nnet, struct net_gpu **out) {
+  struct net_gpu *n = calloc(1, sizeof(*n));
+  if (n != NULL) {
+    n->rank = s->rank;
+    n->nranks = s->nranks;
+    n->nchannels = s->nchannels;
+    n->nslots = s->nslots;
+    n->slot_bytes = s->slot_bytes;
+    n->fifo_bytes = weft_net_fifo_bytes(n->nslots, n->slot_bytes);
+    n->fifos = calloc((size_t)n->nranks * n->nchannels * 2, sizeof(*n->fifos));
+    n->net_peer = malloc((size_t)n->nranks);
+  }
+  if (n == NULL || n->fifos == NULL || n->net_peer == NULL) {
+    WARN("rank %d: out of memory for the net links", s->rank);
+    net_gpu_free(n, 1);
+    return ncclSystemError;
+  }
+  memcpy(n->net_peer, peers, (size_t)n->nranks);
+  *out = n;
+  ncclResult_t res = weft_net_get(&n->net);
+  if (res != ncclSuccess) return res;
+  cudaError_t err =
+      cudaHostAlloc((void **)&n->mem, nnet * n->nchannels * 2 * n->fifo_bytes, cudaHostAllocMapped);
+  if (err != cudaSuccess) {
+    WARN("rank %d: pinned host memory for %zu net links (%zu bytes each): %s", n->rank,
+         nnet * n->nchannels * 2, n->fifo_bytes, cudaGetErrorString(err));
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t net_gpu_connect(const struct weft_gpu_setup *s, const unsigned char *peers,
+                                    struct weft_dev_link *send, struct weft_dev_link *recv,
+                                    void **state) {
+  size_t nnet = 0;
+  *state = NULL;
+  for (int p = 0; p < s->nranks; p++) nnet += peers[p] != 0;
+  /* No net peer on this rank means none on any (ranks on other hosts see
+   * each other), so no rank joins the exchange below. */
+  if (nnet == 0) return ncclSuccess;
+  struct net_gpu *n = NULL;
+  ncclResult_t res = net_gpu_alloc(s, peers, nnet, &n);
+  if (n == NULL) return res;
+  size_t block = (size_t)n->nranks * n->nchannels * WEFT_NET_HANDLE_BYTES;
+  char *handles = res == ncclSuccess ? calloc((size_t)n->nranks, block) : NULL;
+  if (res == ncclSuccess && handles == NULL) {
+    WARN("rank %d: out of memory for the net links", n->rank);
+    res = ncclSystemError;
+  }
+  if (res == ncclSuccess) res = fifos_open(n, handles + (size_t)n->rank * block);
+  if (res == ncclSuccess) res = s->allgather(s->allgather_ctx, handles, block);
+  if (res == ncclSuccess) res = fifos_connect(n, handles, s->timeout_s);
+  free(handles);
+  if (res == ncclSuccess) res = fifos_links(n, send, recv);
+  if (res != ncclSuccess) {
+    net_gpu_free(n, 1);
+    return res;
+  }
+  *state = n;
+  return ncclSuccess;
+}
+
+#else /* no CUDA in this build */
+
+struct weft_net_fifo *weft_net_gpu_fifo(void *state, int peer, int channel, int is_send) {
+  (void)state;
+  (void)peer;
+  (void)channel;
+  (void)is_send;
+  return NULL;
+}
+
+static ncclResult_t net_gpu_connect(const struct weft_gpu_setup *s, const unsigned char *peers,
+                                    struct weft_dev_link *send, struct weft_dev_link *recv,
+                                    void **state) {
+  int nnet = 0;
+  (void)send;
+  (void)recv;
+  *state = NULL;
+  for (int p = 0; p < s->nranks; p++) nnet += peers[p] != 0;
+  if (nnet == 0) return ncclSuccess; /* nothing to link, as with CUDA */
+  WARN("rank %d: the net transport's GPU side needs CUDA, which is not in this build", s->rank);
+  return ncclInvalidUsage;
+}
+
+static void net_gpu_free(void *state, int abort) {
+  (void)state;
+  (void)abort;
+}
+
+#endif
+
+const struct weft_gpu_transport_ops weft_net_gpu_ops = {
+    .name = "net",
+    .connect = net_gpu_connect,
+    .free = net_gpu_free,
+};
