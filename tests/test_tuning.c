@@ -89,11 +89,17 @@ END_TEST
 START_TEST(net_links_direct) {
   struct ncclComm c = fake_comm(2, 0);
   c.cuda_net_links = 1;
+  c.cuda_net_direct = 1;
   struct weft_tuning t;
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+  /* Ranks that are threads of one process on one GPU: no Direct. */
+  c.cuda_net_direct = 0;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
   ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
   ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
 }

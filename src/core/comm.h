@@ -78,6 +78,10 @@ struct ncclComm {
   /* The CUDA engine reaches some peer over net links (exec/cuda_net.h):
    * Simple only (LL's flags cannot cross the network). */
   int cuda_net_links;
+  /* ... and no two ranks of the communicator are threads of one process
+   * on one GPU, so the tuning may default to Direct for small all-reduces
+   * (sched/tuning.c says why not otherwise). The same on every rank. */
+  int cuda_net_direct;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

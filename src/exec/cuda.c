@@ -212,6 +212,19 @@ static void engine_free(struct weft_cuda_engine *e, int abort) {
   free(e);
 }
 
+/* Whether two ranks of comm are threads of one process on one GPU (they
+ * then share its hardware queues). Every rank computes it from the same
+ * peer table, so all agree. */
+static int ranks_share_context(const struct ncclComm *comm) {
+  for (int p = 0; p < comm->nranks; p++)
+    for (int q = p + 1; q < comm->nranks; q++)
+      if (comm->peers[p].pid == comm->peers[q].pid &&
+          comm->peers[p].host_hash == comm->peers[q].host_hash &&
+          weft_peer_same_gpu(&comm->peers[p], &comm->peers[q]))
+        return 1;
+  return 0;
+}
+
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   ncclResult_t res = ncclSuccess;
   struct weft_cuda_engine *e = calloc(1, sizeof(*e));
@@ -269,6 +282,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
                                (const volatile uint32_t *)&e->flags->abort, &e->net);
   if (res != ncclSuccess) goto err;
   comm->cuda_net_links = nnet > 0;
+  comm->cuda_net_direct = nnet > 0 && !ranks_share_context(comm);
   comm->cuda = e;
   comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;

@@ -157,7 +157,11 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
   /* On the CUDA engine Direct adds a second kernel (the rank-ordered
    * reduction), keeps a group from being one launch, and has not been
    * measured faster where every link is a GPU's: it runs only when
-   * NCCL_ALGO names it. Over net links (cuda == 2) one network hop instead
+   * NCCL_ALGO names it. Over net links (cuda == 2: comm->cuda_net_direct,
+   * set where no two ranks are threads of one process on one GPU, whose
+   * shared hardware queues could hold a rank's second kernel behind a
+   * peer's spinning one, as seen with NCCL_ALGO=Direct and 8 rank-threads
+   * on one H200) one network hop instead
    * of the ring's 2(n-1) pays for that: on the H200 (2 GPU ranks on
    * simulated hosts, loopback, 2026-12-02) an 8 B all-reduce took 31.7 us
    * with Direct against 52.5 us with Ring, 32 KiB 42.7 against 67.7. */
@@ -274,7 +278,7 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
     total = bytes * (size_t)n;
   double est;
   out->algo = pick_algo(func, n, (double)bytes, alpha, beta,
-                        kernels ? 1 + (comm->cuda_net_links != 0) : 0, &est);
+                        kernels ? 1 + (comm->cuda_net_direct != 0) : 0, &est);
   out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
   out->proto = pick_proto(comm, kernels, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
