@@ -15,7 +15,7 @@
 #include "core/device.h"
 #include "core/failure.h"
 #include "base/param.h"
-#include "exec/engine.h"
+#include "core/engine.h"
 #include "weft_config.h"
 
 ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *caller) {

@@ -64,7 +64,7 @@ struct ncclComm {
   struct weft_channel_conns *channels[WEFT_MAX_CHANNELS];
   int shm_fallback_warned; /* the shm -> socket fallback WARNs once */
 
-  /* The engine that runs the communicator's operations (exec/engine.h),
+  /* The engine that runs the communicator's operations (core/engine.h),
    * set once at init; NULL until then. Atomic: the failure watcher reads it
    * while a non-blocking init may still be setting it. The states below are
    * the engines' own. */

@@ -29,7 +29,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "base/debug.h"
-#include "exec/engine.h"
+#include "core/engine.h"
 #include "transport/socket.h"
 
 #define FAIL_MAGIC 0x4c494657u /* "WFIL" */

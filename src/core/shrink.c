@@ -26,7 +26,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "core/failure.h"
-#include "exec/engine.h"
+#include "core/engine.h"
 
 /* Bootstrap tags, apart from split's (0x53xxxxxx) and links' (0x434fxxxx).
  * A pair of ranks exchanges these in order, so no sequence number is
