@@ -11,7 +11,8 @@
  * (plans run as kernels on the callers' streams) and staged (device
  * buffers copied through pinned host memory and run by the host engine,
  * for GPU ranks that cannot run kernels against each other). A slot an
- * engine has nothing to do for is a no_* stub, never NULL. */
+ * engine has nothing to do for is a shared stub (exec/engine.c), never
+ * NULL. */
 #ifndef WEFT_CORE_ENGINE_H
 #define WEFT_CORE_ENGINE_H
 

@@ -28,4 +28,11 @@ static inline int weft_engine_op_is_p2p(const struct weft_engine_op *op) {
  * (per rank for AllGather and ReduceScatter). */
 size_t weft_engine_op_bytes(const struct weft_coll *coll);
 
+/* The engines' slots for what an engine has nothing to do (exec/engine.c):
+ * a wait or check that returns ncclSuccess at once, a stop with nothing to
+ * stop, and never busy. */
+ncclResult_t weft__engine_no_wait(struct ncclComm *comm);
+void weft__engine_no_stop(struct ncclComm *comm);
+int weft__engine_never_busy(struct ncclComm *comm);
+
 #endif

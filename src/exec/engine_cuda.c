@@ -153,27 +153,17 @@ static ncclResult_t cuda_estimate(struct ncclComm *comm, const struct weft_engin
   return ncclSuccess;
 }
 
-/* Work is ordered on the callers' streams: nothing to wait for here. */
-static ncclResult_t no_wait(struct ncclComm *comm) {
-  (void)comm;
-  return ncclSuccess;
-}
-
-static int no_busy(struct ncclComm *comm) {
-  (void)comm;
-  return 0;
-}
-
 const struct weft_engine_ops weft_engine_cuda_ops = {
     .size = sizeof(struct weft_engine_ops),
     .name = "cuda",
     .device_buffers = 1,
     .create = weft_cuda_engine_create,
     .enqueue = cuda_enqueue,
-    .group_wait = no_wait,
-    .wait = no_wait,
+    /* Work is ordered on the callers' streams: nothing to wait for here. */
+    .group_wait = weft__engine_no_wait,
+    .wait = weft__engine_no_wait,
     .estimate = cuda_estimate,
-    .busy = no_busy,
+    .busy = weft__engine_never_busy,
     .check = weft_cuda_engine_check,
     .fail = weft_cuda_engine_abort,
     .abort = weft_cuda_engine_abort,

@@ -124,15 +124,6 @@ ncclResult_t weft__engine_host_estimate(struct ncclComm *comm, const struct weft
   return ncclSuccess;
 }
 
-static ncclResult_t no_check(struct ncclComm *comm) {
-  (void)comm;
-  return ncclSuccess;
-}
-
-static void no_stop(struct ncclComm *comm) {
-  (void)comm;
-}
-
 static void host_destroy(struct ncclComm *comm, int abort) {
   (void)abort; /* the worker's waits read comm->abort_flag */
   weft_host_engine_destroy(comm);
@@ -148,8 +139,8 @@ const struct weft_engine_ops weft_engine_host_ops = {
     .wait = weft__engine_host_wait,
     .estimate = weft__engine_host_estimate,
     .busy = weft_host_engine_busy,
-    .check = no_check,
-    .fail = no_stop,
-    .abort = no_stop,
+    .check = weft__engine_no_wait,
+    .fail = weft__engine_no_stop,
+    .abort = weft__engine_no_stop,
     .destroy = host_destroy,
 };

@@ -55,22 +55,6 @@ static ncclResult_t staged_enqueue(struct ncclComm *comm, const struct weft_engi
   return ncclSuccess;
 }
 
-/* Stream semantics: the callers' streams wait, ncclGroupEnd does not. */
-static ncclResult_t no_group_wait(struct ncclComm *comm) {
-  (void)comm;
-  return ncclSuccess;
-}
-
-static ncclResult_t no_check(struct ncclComm *comm) {
-  (void)comm;
-  return ncclSuccess;
-}
-
-/* The host engine's waits read comm->abort_flag; no kernel to stop. */
-static void no_fail(struct ncclComm *comm) {
-  (void)comm;
-}
-
 static void staged_destroy(struct ncclComm *comm, int abort) {
   weft_host_engine_destroy(comm);
   weft_cuda_staged_destroy(comm, abort); /* after the host engine: its tasks are over */
@@ -82,12 +66,12 @@ const struct weft_engine_ops weft_engine_staged_ops = {
     .device_buffers = 1,
     .create = staged_create,
     .enqueue = staged_enqueue,
-    .group_wait = no_group_wait,
+    .group_wait = weft__engine_no_wait, /* stream semantics: the streams wait */
     .wait = weft__engine_host_wait,
     .estimate = weft__engine_host_estimate,
     .busy = weft_host_engine_busy,
-    .check = no_check,
-    .fail = no_fail,
+    .check = weft__engine_no_wait,
+    .fail = weft__engine_no_stop, /* the host engine reads comm->abort_flag */
     .abort = weft_cuda_staged_abort,
     .destroy = staged_destroy,
 };
