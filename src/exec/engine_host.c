@@ -84,23 +84,16 @@ static ncclResult_t host_enqueue_p2p(struct ncclComm *comm, const struct weft_en
   return weft_host_engine_enqueue(comm, &task);
 }
 
-/* Each collective in call order is one task; then the sends and receives
- * together are one more, so they progress together. */
+static ncclResult_t host_enqueue_coll(struct ncclComm *comm, struct weft_host_task *task,
+                                      const struct weft_engine_op *op) {
+  (void)op;
+  return weft_host_engine_enqueue(comm, task);
+}
+
 static ncclResult_t host_enqueue(struct ncclComm *comm, const struct weft_engine_op *ops,
                                  size_t n) {
-  size_t np2p = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (weft_engine_op_is_p2p(&ops[i])) {
-      np2p++;
-      continue;
-    }
-    struct weft_host_task task;
-    WEFT_CHECK(weft_host_plan_coll(comm, &ops[i], &task));
-    comm->op_seq++;
-    WEFT_CHECK(weft_host_engine_enqueue(comm, &task));
-  }
-  if (np2p > 0) WEFT_CHECK(host_enqueue_p2p(comm, ops, n, np2p));
-  return ncclSuccess;
+  static const struct weft_host_sink sink = {host_enqueue_coll, host_enqueue_p2p};
+  return weft_host_plan_group(comm, ops, n, &sink);
 }
 
 static ncclResult_t host_group_wait(struct ncclComm *comm) {

@@ -38,21 +38,15 @@ static ncclResult_t staged_enqueue_p2p(struct ncclComm *comm, const struct weft_
   return res;
 }
 
+static ncclResult_t staged_enqueue_coll(struct ncclComm *comm, struct weft_host_task *task,
+                                        const struct weft_engine_op *op) {
+  return weft_cuda_staged_coll(comm, task, op->redop.scalar_ptr != NULL, op->stream);
+}
+
 static ncclResult_t staged_enqueue(struct ncclComm *comm, const struct weft_engine_op *ops,
                                    size_t n) {
-  size_t np2p = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (weft_engine_op_is_p2p(&ops[i])) {
-      np2p++;
-      continue;
-    }
-    struct weft_host_task task;
-    WEFT_CHECK(weft_host_plan_coll(comm, &ops[i], &task));
-    comm->op_seq++;
-    WEFT_CHECK(weft_cuda_staged_coll(comm, &task, ops[i].redop.scalar_ptr != NULL, ops[i].stream));
-  }
-  if (np2p > 0) WEFT_CHECK(staged_enqueue_p2p(comm, ops, n, np2p));
-  return ncclSuccess;
+  static const struct weft_host_sink sink = {staged_enqueue_coll, staged_enqueue_p2p};
+  return weft_host_plan_group(comm, ops, n, &sink);
 }
 
 static void staged_destroy(struct ncclComm *comm, int abort) {

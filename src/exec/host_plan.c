@@ -97,3 +97,20 @@ ncclResult_t weft_host_plan_p2p(struct ncclComm *comm, const struct weft_engine_
   *task_out = task;
   return ncclSuccess;
 }
+
+ncclResult_t weft_host_plan_group(struct ncclComm *comm, const struct weft_engine_op *ops, size_t n,
+                                  const struct weft_host_sink *sink) {
+  size_t np2p = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (weft_engine_op_is_p2p(&ops[i])) {
+      np2p++;
+      continue;
+    }
+    struct weft_host_task task;
+    WEFT_CHECK(weft_host_plan_coll(comm, &ops[i], &task));
+    comm->op_seq++;
+    WEFT_CHECK(sink->coll(comm, &task, &ops[i]));
+  }
+  if (np2p > 0) WEFT_CHECK(sink->p2p(comm, ops, n, np2p));
+  return ncclSuccess;
+}
