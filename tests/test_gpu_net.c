@@ -138,6 +138,18 @@ static int threads_proc(int proc, int nprocs, ncclUniqueId id, void *arg) {
   return t[0].rc || t[1].rc;
 }
 
+/* A rank of a process that is a host of its own: its GPU, its
+ * communicator and a stream. */
+static int net_rank_open(int rank, int nranks, ncclUniqueId id, ncclComm_t *comm, cudaStream_t *s) {
+  be_host(rank);
+  int ndev = 0;
+  HCUDA(cudaGetDeviceCount(&ndev));
+  HCUDA(cudaSetDevice(rank % ndev));
+  HNCCL(ncclCommInitRank(comm, nranks, id, rank));
+  HCUDA(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  return 0;
+}
+
 /* ---- A captured AllReduce ------------------------------------------------- */
 
 #define GRAPH_COUNT ((size_t)(4 << 20) / sizeof(float)) /* 4 MiB: many slots */
@@ -145,14 +157,10 @@ static int threads_proc(int proc, int nprocs, ncclUniqueId id, void *arg) {
 
 static int graph_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
-  be_host(rank);
-  int ndev = 0;
-  HCUDA(cudaGetDeviceCount(&ndev));
-  HCUDA(cudaSetDevice(rank % ndev));
   ncclComm_t comm;
-  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
   cudaStream_t s;
-  HCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int rc = net_rank_open(rank, nranks, id, &comm, &s);
+  if (rc != 0) return rc;
   float *buf, *out, *h = malloc(GRAPH_COUNT * sizeof(float));
   HCHECK(h != NULL, "out of memory");
   HCUDA(cudaMalloc((void **)&buf, GRAPH_COUNT * sizeof(float)));
@@ -195,14 +203,10 @@ static int graph_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 
 static int killed_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
-  be_host(rank);
-  int ndev = 0;
-  HCUDA(cudaGetDeviceCount(&ndev));
-  HCUDA(cudaSetDevice(rank % ndev));
   ncclComm_t comm;
-  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
   cudaStream_t s;
-  HCUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int rc = net_rank_open(rank, nranks, id, &comm, &s);
+  if (rc != 0) return rc;
   size_t count = (size_t)16 << 20;
   float *buf;
   HCUDA(cudaMalloc((void **)&buf, count * sizeof(float)));
