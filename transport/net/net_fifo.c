@@ -84,6 +84,23 @@ ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, 
   return ncclSuccess;
 }
 
+/* Retires the posted requests that finished, in order, and publishes
+ * how many to the kernel in *counter (head for a send, tail for a
+ * receive), after the data (release). */
+static ncclResult_t fifo_complete(struct weft_net_fifo *f, uint64_t *counter, int *moved) {
+  const uint64_t ns = (uint64_t)f->nslots;
+  while (f->done < f->posted) {
+    int done = 0;
+    WEFT_CHECK(f->net->test(f->req[f->done % ns], &done, NULL));
+    if (!done) break;
+    f->req[f->done % ns] = NULL;
+    f->done++;
+    __atomic_store_n(counter, f->done, __ATOMIC_RELEASE);
+    *moved = 1;
+  }
+  return ncclSuccess;
+}
+
 /* Sends every slot the kernel filled (up to target, nslots in flight);
  * frees each for the kernel once its send completed, in order. */
 static ncclResult_t fifo_send(struct weft_net_fifo *f, uint64_t target, int *moved) {
@@ -99,16 +116,8 @@ static ncclResult_t fifo_send(struct weft_net_fifo *f, uint64_t target, int *mov
     f->posted++;
     *moved = 1;
   }
-  while (f->done < f->posted) {
-    int done = 0;
-    WEFT_CHECK(f->net->test(f->req[f->done % ns], &done, NULL));
-    if (!done) break;
-    f->req[f->done % ns] = NULL;
-    f->done++;
-    __atomic_store_n(f->head, f->done, __ATOMIC_RELEASE);
-    *moved = 1;
-  }
-  return ncclSuccess;
+  /* Each slot is the kernel's again once its send completed. */
+  return fifo_complete(f, f->head, moved);
 }
 
 /* Receives into every slot the kernel freed (up to target); publishes
@@ -126,17 +135,8 @@ static ncclResult_t fifo_recv(struct weft_net_fifo *f, uint64_t target, int *mov
     f->posted++;
     *moved = 1;
   }
-  while (f->done < f->posted) {
-    int done = 0;
-    size_t got = 0;
-    WEFT_CHECK(f->net->test(f->req[f->done % ns], &done, &got));
-    if (!done) break;
-    f->req[f->done % ns] = NULL;
-    f->done++;
-    __atomic_store_n(f->tail, f->done, __ATOMIC_RELEASE);
-    *moved = 1;
-  }
-  return ncclSuccess;
+  /* Each slot is the kernel's to read once its data landed. */
+  return fifo_complete(f, f->tail, moved);
 }
 
 ncclResult_t weft_net_fifo_progress(struct weft_net_fifo *f, uint64_t target, int *moved_out) {
