@@ -10,7 +10,9 @@
  *   weft-tcp-streams --client HOST:PORT [--streams ...]
  *
  * Plain POSIX sockets with no weft code, so it measures what the machine
- * gives any program. */
+ * gives any program. A last line gives one thread's memcpy rate, the
+ * bound of a copy a rank makes on its own (a broadcast root out of
+ * place). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -278,6 +280,24 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   return (double)total / took / 1e9;
 }
 
+/* GB/s of one thread copying `bytes` between two buffers, touched first,
+ * for about `seconds`. */
+static double memcpy_rate(size_t bytes, double seconds) {
+  char *a = malloc(bytes), *b = malloc(bytes);
+  if (a == NULL || b == NULL) die("malloc");
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
+  double t0 = now_s(), t;
+  size_t n = 0;
+  do {
+    memcpy(n % 2 ? a : b, n % 2 ? b : a, bytes);
+    n++;
+  } while ((t = now_s() - t0) < seconds);
+  free(a);
+  free(b);
+  return (double)bytes * (double)n / t / 1e9;
+}
+
 int main(int argc, char **argv) {
   struct opts o;
   parse(argc, argv, &o);
@@ -311,6 +331,9 @@ int main(int argc, char **argv) {
     printf("  %7d %10.2f\n", o.streams[i], client_run(&o, &addr, len, o.streams[i]));
     fflush(stdout);
   }
+  printf("# one thread's memcpy of --bytes: %.2f GB/s (a broadcast root's copy to its own "
+         "output out of place runs at most this fast)\n",
+         memcpy_rate(o.bytes, o.seconds));
   if (server > 0) {
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);

@@ -27,9 +27,11 @@
 #define MIB (1024 * 1024)
 
 static const struct weft_net_ops *net;
-/* The sender connects with weft_net_socket_connect_single (no data
- * sockets, no threads: the host engine's links on a busy host). */
-static int use_single;
+/* How the sender connects: -1 net->connect (the parameters' counts); 0
+ * weft_net_socket_connect_single (no data sockets, no threads: the host
+ * engine's links on a busy host); k weft_net_socket_connect_threads with
+ * k threads of one socket each (the host engine's links with 8 channels). */
+static int connect_threads = -1;
 
 static void nap_us(long us) {
   struct timespec ts = {0, us * 1000};
@@ -95,8 +97,10 @@ static int child_connect(int fd, void **comm) {
   *comm = NULL;
   int64_t end = weft_time_ms() + WAIT_MS;
   while (*comm == NULL && weft_time_ms() < end) {
-    ncclResult_t res = use_single ? weft_net_socket_connect_single(0, handle, comm)
-                                  : net->connect(0, handle, comm);
+    ncclResult_t res = connect_threads == 0  ? weft_net_socket_connect_single(0, handle, comm)
+                       : connect_threads > 0 ? weft_net_socket_connect_threads(0, handle,
+                                                                              connect_threads, comm)
+                                             : net->connect(0, handle, comm);
     if (res != ncclSuccess) return 0;
     if (*comm == NULL) nap_us(100);
   }
@@ -182,12 +186,17 @@ static int send_sizes(void *comm, int fd) {
   return net->close_send(comm) == ncclSuccess;
 }
 
-/* threads x sockets per thread; "0" x "0": connect_single. */
-static const char *counts[][2] = {{"1", "1"}, {"4", "2"}, {"0", "0"}};
+/* threads x sockets per thread; "0" x "0": connect_single; "3" x "t":
+ * connect_threads(3) under the default parameters (2 x 1). */
+static const char *counts[][2] = {{"1", "1"}, {"4", "2"}, {"0", "0"}, {"3", "t"}};
 
 static void set_variant_counts(int i) {
-  use_single = counts[i][0][0] == '0';
-  if (!use_single) set_counts(counts[i][0], counts[i][1]);
+  if (counts[i][1][0] == 't') {
+    connect_threads = atoi(counts[i][0]);
+  } else {
+    connect_threads = counts[i][0][0] == '0' ? 0 : -1;
+    if (connect_threads < 0) set_counts(counts[i][0], counts[i][1]);
+  }
 }
 
 START_TEST(test_sizes) {
@@ -196,7 +205,8 @@ START_TEST(test_sizes) {
   void *comm = accept_comm(p.listen);
   const struct weft_ns_comm *c = comm;
   ck_assert_int_eq(c->nthreads, atoi(counts[_i][0]));
-  ck_assert_int_eq(c->nsocks, atoi(counts[_i][0]) * atoi(counts[_i][1]));
+  int per_thread = counts[_i][1][0] == 't' ? 1 : atoi(counts[_i][1]);
+  ck_assert_int_eq(c->nsocks, atoi(counts[_i][0]) * per_thread);
   char *buf = malloc(64 * MIB + 16);
   for (size_t i = 0; i < NSIZES; i++) {
     void *req = NULL;
@@ -576,8 +586,8 @@ static Suite *net_socket_suite(void) {
   Suite *s = suite_create("net_socket");
   TCase *tc = tcase_create("messages");
   tcase_set_timeout(tc, 60);
-  tcase_add_loop_test(tc, test_sizes, 0, 3);
-  tcase_add_loop_test(tc, test_inflight, 0, 3);
+  tcase_add_loop_test(tc, test_sizes, 0, 4);
+  tcase_add_loop_test(tc, test_inflight, 0, 4);
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_stranger_refused);

@@ -176,6 +176,56 @@ START_TEST(channels_default) {
 }
 END_TEST
 
+/* The host engine's default ceiling grows only where sockets carry a link
+ * (two hosts, or NCCL_SHM_DISABLE=1), with the fewest cores per local rank
+ * of any host: 8 channels of one helper thread a link from 8 cores, 4 from
+ * 4; a communicator with it set uses it, NCCL_MAX_NCHANNELS still wins. */
+START_TEST(host_channels_sockets) {
+  struct weft_peer_info p[4];
+  memset(p, 0, sizeof(p));
+  for (int r = 0; r < 4; r++) p[r].cpus = 16, p[r].host_hash = (uint64_t)(r / 2);
+  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 8); /* two hosts, 8 cores a rank */
+  ck_assert_int_eq(weft_tune_host_channels(p, 2, 0), 2); /* one host, shm */
+  ck_assert_int_eq(weft_tune_host_channels(p, 2, 1), 8); /* one host, sockets */
+  ck_assert_int_eq(weft_tune_host_channels(p, 1, 1), 2); /* one rank */
+  p[3].cpus = 15;                                        /* 7 cores a rank there */
+  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 4);
+  p[3].cpus = 7; /* 3 */
+  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 2);
+  p[3].cpus = 16;
+  p[2].host_hash = p[3].host_hash = 0; /* 4 ranks on one host of 16 cores */
+  ck_assert_int_eq(weft_tune_host_channels(p, 4, 1), 4);
+  p[0].cpus = 15;
+  ck_assert_int_eq(weft_tune_host_channels(p, 4, 1), 2);
+  ck_assert_int_eq(weft_tune_host_link_threads(8), 1);
+  ck_assert_int_eq(weft_tune_host_link_threads(4), 0);
+  ck_assert_int_eq(weft_tune_host_link_threads(2), 0);
+
+  setenv("NCCL_ALGO", "Ring", 1);
+  struct ncclComm c = fake_comm(4, 1);
+  c.host_channels = 8;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 8);
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 3u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 3);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 16); /* the CUDA engine ignores it */
+}
+END_TEST
+
+/* NCCL_MAX_NCHANNELS=3 caps a communicator whose default is 4. */
+START_TEST(host_channels_env) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("NCCL_MAX_NCHANNELS", "3", 1);
+  struct ncclComm c = fake_comm(4, 1);
+  c.host_channels = 4;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 3);
+}
+END_TEST
+
 /* A large message's chunk: 512 KiB on host ranks, 4 MiB on the CUDA
  * engine (its steps drain the pipeline); never more than a channel's
  * share. */
@@ -237,6 +287,8 @@ int main(void) {
   tcase_add_test(tc, p2p_one_side);
   tcase_add_test(tc, p2p_both_sides);
   tcase_add_test(tc, channels_default);
+  tcase_add_test(tc, host_channels_sockets);
+  tcase_add_test(tc, host_channels_env);
   tcase_add_test(tc, chunk_default);
   tcase_add_test(tc, channels_env);
   tcase_add_test(tc, channels_fit_ring);

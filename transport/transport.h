@@ -28,6 +28,8 @@ struct weft_conn {
   void *priv;                    /* the transport's state */
   int local_ranks; /* the communicator's ranks on this host: transports with
                       helper threads size them by the cores left */
+  int link_threads; /* socket links: helper threads of one data socket each
+                       (0: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD) */
   /* The host engine's: which lane of which plan run uses the conn, so two
    * lanes never interleave their bytes on one FIFO. Transports ignore it. */
   uint64_t user_run;

@@ -63,7 +63,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "fewest channels a collective uses; above NCCL_MAX_NCHANNELS it is lowered to "
                 "it (WARN); set alone it raises the default maximum"),
     [WEFT_PARAM_MAX_NCHANNELS] =
-        INT_ROW("NCCL_MAX_NCHANNELS", 2, 1, 32, "(2 on host ranks, 16 on the CUDA engine)",
+        INT_ROW("NCCL_MAX_NCHANNELS", 2, 1, 32,
+                "(host ranks: where sockets carry a link, 8 when every host has 8 cores per "
+                "local rank, 4 with 4, else 2; 16 on the CUDA engine)",
                 "most channels a collective uses (one per MiB of "
                 "message, within the bounds)"),
     [WEFT_PARAM_CUDA_ENGINE] =
@@ -74,7 +76,7 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                  "GPU ranks on other hosts: 1 runs kernels over net links driven by the proxy "
                  "thread; 0 stages device buffers through host memory (the host engine)"),
     [WEFT_PARAM_NET_GPU_NCHANNELS] =
-        INT_ROW("WEFT_NET_GPU_NCHANNELS", 2, 1, 16, "2",
+        INT_ROW("WEFT_NET_GPU_NCHANNELS", 4, 1, 16, "4",
                 "most channels of a CUDA-engine communicator with net links (each channel "
                 "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_COMM_ID] =
@@ -86,7 +88,8 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "with NCCL_COMM_ID: a string every rank of the job sets alike; only ranks "
                 "presenting it may register (never logged)"),
     [WEFT_PARAM_SOCKET_NTHREADS] =
-        INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16, "2",
+        INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16,
+                "2 (host ranks with 8 channels over sockets: 1 a link, one data socket each)",
                 "helper threads per socket network connection (net/socket); each moves the "
                 "chunks of large messages on its NCCL_NSOCKS_PERTHREAD sockets"),
     [WEFT_PARAM_NSOCKS_PERTHREAD] =

@@ -3,6 +3,7 @@
  * assumes they are sane. */
 #include "core/comm.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,8 @@ static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
   me->rank = comm->rank;
   me->cuda_dev = comm->cuda_dev;
   me->pid = (int)getpid();
+  cpu_set_t set;
+  me->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
   me->host_hash = host_hash();
   me->comm_hash = comm->comm_hash;
   WEFT_CHECK(weft_comm_topo_describe(comm, me));

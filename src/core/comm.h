@@ -16,7 +16,7 @@ struct weft_peer_info {
   int rank;
   int cuda_dev; /* -1: host rank */
   int pid;
-  int pad;
+  int cpus; /* CPUs the rank's process may run on */
   uint64_t host_hash;
   uint64_t comm_hash;
   /* Names the rank's view of the topology (GPUs and paths); ranks of one
@@ -82,6 +82,10 @@ struct ncclComm {
    * on one GPU, so the tuning may default to Direct for small all-reduces
    * (sched/tuning.c says why not otherwise). The same on every rank. */
   int cuda_net_direct;
+  /* Most channels the host engine's collectives use by default
+   * (sched/tuning.c): more where sockets carry the links and every host
+   * has cores for the helper threads. The same on every rank. */
+  int host_channels;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "core/device.h"
 #include "base/param.h"
+#include "sched/tuning.h"
 #include "topo/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -234,6 +235,7 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
     gpus[r] = peer_gpu(comm, t, r);
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
+  comm->host_channels = weft_tune_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);
   /* A dump that cannot be written has been WARNed; like NCCL, init goes on. */
   (void)topo_dump(comm, t);

@@ -20,6 +20,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "base/param.h"
+#include "sched/tuning.h"
 #include "topo/topo.h"
 #include "transport/socket.h"
 
@@ -58,7 +59,8 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
                           .channel = need->channel,
                           .comm_hash = comm->comm_hash,
                           .abort_flag = &comm->abort_flag,
-                          .local_ranks = local};
+                          .local_ranks = local,
+                          .link_threads = weft_tune_host_link_threads(comm->host_channels)};
   *out = c;
   return ncclSuccess;
 }

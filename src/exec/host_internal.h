@@ -64,6 +64,11 @@ struct weft_host_lane {
   size_t rx_off;   /* bytes already landed and reduced or drained */
   uint64_t rx_hdr_val;
   int skip_buf; /* p2p: later receives of this op are skipped (-1: none) */
+  /* A LOCAL copy beside a send, made a piece at a time between the
+   * other lanes' turns (cp_left bytes still to copy). */
+  char *cp_dst;
+  const char *cp_src;
+  size_t cp_left;
   /* Engine-owned. */
   char *piece;
   char *scratch;

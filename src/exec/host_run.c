@@ -131,26 +131,6 @@ static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_la
   return ncclSuccess;
 }
 
-static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_lane *l) {
-  const struct weft_step *st = &l->lane->steps[l->step];
-  l->started = 1;
-  l->tx = (struct weft_xfer){0};
-  l->rx = (struct weft_xfer){0};
-  l->tx_hdr = 0;
-  l->rx_mode = WEFT_HOST_RX_NONE;
-  if (st->flags & WEFT_STEP_LOCAL) {
-    char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
-    const char *src = run_buf(r, l, st->local_buf, st->local_off);
-    if (st->recv_bytes > 0 && dst != src) memcpy(dst, src, st->recv_bytes);
-    if (st->flags & WEFT_STEP_POSTOP) run_postop(r, dst, st->recv_bytes);
-  }
-  if (st->flags & WEFT_STEP_SEND) lane_start_send(r, l, st);
-  if (st->flags & WEFT_STEP_RECV) WEFT_CHECK(lane_start_recv(r, l, st));
-  return ncclSuccess;
-}
-
-/* ---- Progress ---------------------------------------------------------------- */
-
 static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
   WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
   if (l->tx_hdr && !weft_xfer_pending(&l->tx)) {
@@ -160,6 +140,46 @@ static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
   }
   return ncclSuccess;
 }
+
+static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_step *st = &l->lane->steps[l->step];
+  l->started = 1;
+  l->tx = (struct weft_xfer){0};
+  l->rx = (struct weft_xfer){0};
+  l->tx_hdr = 0;
+  l->rx_mode = WEFT_HOST_RX_NONE;
+  l->cp_left = 0;
+  if (st->flags & WEFT_STEP_LOCAL) {
+    char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
+    const char *src = run_buf(r, l, st->local_buf, st->local_off);
+    if (st->flags & WEFT_STEP_SEND) {
+      /* Beside a send (a broadcast root's): copied a piece at a time while
+       * the transport moves the send and the other lanes take turns. */
+      l->cp_dst = dst;
+      l->cp_src = src;
+      l->cp_left = dst != src ? st->recv_bytes : 0;
+    } else if (st->recv_bytes > 0 && dst != src) {
+      memcpy(dst, src, st->recv_bytes);
+    }
+  }
+  if (st->flags & WEFT_STEP_SEND) lane_start_send(r, l, st);
+  if (st->flags & WEFT_STEP_RECV) WEFT_CHECK(lane_start_recv(r, l, st));
+  return ncclSuccess;
+}
+
+/* One piece of a LOCAL copy beside a send. */
+static void lane_copy(struct weft_host_lane *l, int *moved) {
+  if (l->cp_left == 0) return;
+  size_t n = l->cp_left < WEFT_HOST_PIECE_BYTES ? l->cp_left : WEFT_HOST_PIECE_BYTES;
+  memcpy(l->cp_dst, l->cp_src, n);
+  l->cp_dst += n;
+  l->cp_src += n;
+  l->cp_left -= n;
+  *moved = 1;
+}
+
+/* ---- Progress ---------------------------------------------------------------- */
+
 
 /* A call record arrived (framed runs): receive the data that follows, or
  * drain it when the peer sends another size (the records will disagree,
@@ -254,13 +274,12 @@ static ncclResult_t lane_rx(struct weft_host_run *r, struct weft_host_lane *l, i
   return ncclSuccess;
 }
 
-/* POSTOP of a step whose result landed whole (a copying receive, or a
- * step that names only its destination). */
+/* POSTOP of a step whose result landed whole (a copying receive, a local
+ * copy, or a step that names only its destination). */
 static void lane_step_finish(struct weft_host_run *r, struct weft_host_lane *l) {
   const struct weft_step *st = &l->lane->steps[l->step];
   unsigned f = st->flags;
-  if ((f & WEFT_STEP_POSTOP) && !(f & WEFT_STEP_LOCAL) &&
-      !((f & WEFT_STEP_RECV) && (f & WEFT_STEP_REDUCE)))
+  if ((f & WEFT_STEP_POSTOP) && !((f & WEFT_STEP_RECV) && (f & WEFT_STEP_REDUCE)))
     run_postop(r, run_buf(r, l, st->dst_buf, st->dst_off), st->recv_bytes);
 }
 
@@ -274,7 +293,9 @@ static ncclResult_t lane_progress(struct weft_host_run *r, struct weft_host_lane
     }
     WEFT_CHECK(lane_tx(l, moved));
     WEFT_CHECK(lane_rx(r, l, moved));
-    if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE) return ncclSuccess;
+    lane_copy(l, moved);
+    if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE || l->cp_left > 0)
+      return ncclSuccess;
     lane_step_finish(r, l);
     l->step++;
     l->started = 0;

@@ -26,7 +26,8 @@
  * rank's own block goes straight from its input.
  *
  * Broadcast: a chain from the root along the ring; each rank forwards chunk
- * i-1 while chunk i arrives. Reduce: a chain that ends at the root (it
+ * i-1 while chunk i arrives. The root's steps send a chunk and copy it to
+ * its own output (LOCAL with SEND), so that copy is spread over the chain. Reduce: a chain that ends at the root (it
  * starts at the root's successor); partial sums ride in two scratch slots,
  * so a non-root output is never touched. */
 #include <stdint.h>
@@ -170,10 +171,18 @@ static ncclResult_t ring_broadcast(const struct ring_lane *l) {
   for (size_t co = l->off; co < l->off + l->len; co += l->chunk) {
     size_t cl = ring_min(l->chunk, l->off + l->len - co);
     if (dist == 0) {
-      if (n > 1) {
-        struct weft_step s = weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es);
-        WEFT_CHECK(weft_lane_emit(&w, &s));
-      }
+      /* The root sends the chunk and copies it to its own output in one
+       * step (n > 1 here), so the copy overlaps the chain (in place it is
+       * nothing). */
+      struct weft_step s = weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es);
+      struct weft_step copy = weft_step_local(WEFT_BUF_OUT, co * es, WEFT_BUF_IN, co * es, cl * es, 0);
+      s.flags |= copy.flags;
+      s.dst_buf = copy.dst_buf;
+      s.dst_off = copy.dst_off;
+      s.local_buf = copy.local_buf;
+      s.local_off = copy.local_off;
+      s.recv_bytes = copy.recv_bytes;
+      WEFT_CHECK(weft_lane_emit(&w, &s));
       continue;
     }
     struct weft_step r =
@@ -181,12 +190,7 @@ static ncclResult_t ring_broadcast(const struct ring_lane *l) {
     WEFT_CHECK(weft_lane_emit(&w, &r));
     if (dist < n - 1) WEFT_CHECK(weft_lane_defer_send(&w, l->next, WEFT_BUF_OUT, co * es, cl * es));
   }
-  WEFT_CHECK(weft_lane_flush(&w));
-  if (dist != 0) return ncclSuccess;
-  /* The root's own copy last, so the chain starts at once. */
-  struct weft_step copy =
-      weft_step_local(WEFT_BUF_OUT, l->off * es, WEFT_BUF_IN, l->off * es, l->len * es, 0);
-  return weft_lane_push(l->lane, &copy);
+  return weft_lane_flush(&w);
 }
 
 static ncclResult_t ring_reduce(const struct ring_lane *l) {

@@ -55,7 +55,9 @@ enum weft_step_flags {
   WEFT_STEP_REDUCE = 1u << 2, /* dst = local op received (with RECV) */
   WEFT_STEP_COPY = 1u << 3,   /* dst = received (with RECV) */
   WEFT_STEP_POSTOP = 1u << 4, /* dst is now fully reduced: apply avg's divide */
-  WEFT_STEP_LOCAL = 1u << 5,  /* dst = local, recv_bytes long, no peer */
+  WEFT_STEP_LOCAL = 1u << 5,  /* dst = local, recv_bytes long; never with RECV; with SEND
+                               * the copy and the send touch different bytes (or the copy
+                               * is in place), so an engine may do either first */
 };
 
 /* Buffer indexes a step refers to. For a collective, IN is sendbuff and OUT

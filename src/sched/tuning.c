@@ -41,7 +41,9 @@
  * with 2 MiB, 212 with 4 MiB, 202 with 8 MiB. */
 #define CUDA_DEFAULT_CHUNK (4 * 1024 * 1024)
 /* Most channels without NCCL_MAX_NCHANNELS: host ranks gain little past 2
- * (each lane is a thread); the CUDA engine's lanes are CTAs. */
+ * (every lane runs on the rank's one worker thread) unless sockets with
+ * helper threads carry the links (comm->host_channels, core/comm_topo.c);
+ * the CUDA engine's lanes are CTAs. */
 #define HOST_DEFAULT_CHANNELS 2
 /* Same runs, 512 KiB chunks: 97 GB/s with 8 channels, 156 with 16, 152
  * with 32; 4 MiB chunks: 212 with 16, 209 with 24, 212 with 32. */
@@ -183,13 +185,45 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
 }
 
 int weft_tune_max_channels(int cuda_engine) {
+  return weft_tune_max_channels_or(cuda_engine ? CUDA_DEFAULT_CHANNELS : HOST_DEFAULT_CHANNELS);
+}
+
+int weft_tune_max_channels_or(int def) {
   if (weft_param_is_set(WEFT_PARAM_MAX_NCHANNELS))
     return (int)weft_param_int(WEFT_PARAM_MAX_NCHANNELS);
-  int def = cuda_engine ? CUDA_DEFAULT_CHANNELS : HOST_DEFAULT_CHANNELS;
   /* NCCL_MIN_NCHANNELS alone asks for that many: the default maximum
    * gives way (NCCL's default maximum is above any minimum). */
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
   return lo > def ? (int)lo : def;
+}
+
+/* Most channels of the host engine's collectives by default, where sockets
+ * carry some link (ranks on two hosts, or NCCL_SHM_DISABLE=1): 8 when every
+ * rank's host has 8 cores per local rank, 4 with 4, else
+ * HOST_DEFAULT_CHANNELS; 2 wherever no socket is used. Measured with 2
+ * ranks on 16 cores (docs/PERFORMANCE.md): a 64 MiB broadcast in place
+ * moved 17-23 GB/s with 8 channels of one helper thread a link, 15-21 with
+ * 4 of two, 11 with 2 of two; AllReduce from 16 MiB 7.2-9.7 GB/s busbw,
+ * 6.6-8.9, 5.7-6.6. On 2 cores, without helper threads, 4 channels cost a
+ * fifth of AllReduce's busbw. Every input is all-gathered, so every rank
+ * agrees. */
+int weft_tune_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable) {
+  int sockets = nranks > 1 && shm_disable;
+  int cores = 1 << 30; /* the fewest cores per local rank of any host */
+  for (int r = 0; r < nranks; r++) {
+    int local = 0;
+    for (int q = 0; q < nranks; q++) local += peers[q].host_hash == peers[r].host_hash;
+    if (local < nranks) sockets = 1;
+    if (peers[r].cpus / local < cores) cores = peers[r].cpus / local;
+  }
+  if (!sockets || cores < 4) return HOST_DEFAULT_CHANNELS;
+  return cores >= 8 ? 8 : 4;
+}
+
+/* Helper threads of each socket link of the host engine: one where 8
+ * channels supply the parallelism, else the socket network's counts (0). */
+int weft_tune_host_link_threads(int host_channels) {
+  return host_channels >= 8 ? 1 : 0;
 }
 
 /* Channels grow with the message, between NCCL_MIN_NCHANNELS and
@@ -201,7 +235,8 @@ static int pick_nchannels(const struct ncclComm *comm, int kernels, size_t total
                           enum weft_algo algo) {
   if (algo == WEFT_ALGO_DIRECT) return 1; /* one lane per peer, on channel 0 */
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
-  int64_t hi = weft_tune_max_channels(kernels);
+  int64_t hi = kernels || comm->host_channels < 1 ? weft_tune_max_channels(kernels)
+                                                   : weft_tune_max_channels_or(comm->host_channels);
   int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
   if (kernels && comm->cuda_max_lanes > 0) {
     int64_t lanes = comm->cuda_max_lanes / (algo == WEFT_ALGO_TREE ? 4 : 1);

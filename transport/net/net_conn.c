@@ -113,6 +113,16 @@ static ncclResult_t net_conn_setup_wait(struct weft_conn *conn, int64_t deadline
   return ncclSuccess;
 }
 
+/* Helper threads of a link when the communicator sizes them (one data
+ * socket each; its channels give the parallelism), or 0 for the socket
+ * network's own counts: NCCL_SOCKET_NTHREADS or NCCL_NSOCKS_PERTHREAD,
+ * when set, win. */
+static int net_conn_link_threads(const struct weft_conn *conn) {
+  if (weft_param_is_set(WEFT_PARAM_SOCKET_NTHREADS) || weft_param_is_set(WEFT_PARAM_NSOCKS_PERTHREAD))
+    return 0;
+  return conn->link_threads;
+}
+
 /* Whether this rank's helper threads would have cores to run on: one for
  * each local rank's caller and each of its helper threads. Without them
  * (a 2-core VM: the thread hops cut a 2-rank broadcast from 3.5 to 1.4
@@ -123,8 +133,8 @@ static int net_conn_threads_pay(const struct weft_conn *conn) {
   if (forced >= 0) return (int)forced;
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  int nthreads, nsocks;
-  weft__ns_sock_counts(&nthreads, &nsocks);
+  int nthreads = net_conn_link_threads(conn), nsocks;
+  if (nthreads == 0) weft__ns_sock_counts(&nthreads, &nsocks);
   int local = conn->local_ranks > 0 ? conn->local_ranks : 1;
   return cpus >= local * (1 + nthreads);
 }
@@ -134,11 +144,14 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
   struct net_conn *p;
   WEFT_CHECK(net_conn_priv(conn, &p));
   long nap_us = 20;
-  int single =
-      conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket && !net_conn_threads_pay(conn);
+  int socket_send = conn->dir == WEFT_CONN_SEND && p->net == &weft_net_socket;
+  int single = socket_send && !net_conn_threads_pay(conn);
+  int threads = socket_send ? net_conn_link_threads(conn) : 0;
   while (p->comm == NULL) {
     if (single)
       WEFT_CHECK(weft_net_socket_connect_single(0, peer_handle, &p->comm));
+    else if (threads > 0)
+      WEFT_CHECK(weft_net_socket_connect_threads(0, peer_handle, threads, &p->comm));
     else if (conn->dir == WEFT_CONN_SEND)
       WEFT_CHECK(p->net->connect(0, peer_handle, &p->comm));
     else

@@ -239,7 +239,7 @@ static void connecting_sweep(int64_t now) {
 }
 
 /* The entry for handle h, made on the first call. */
-static ncclResult_t connecting_get(const struct weft_ns_handle *h, int single,
+static ncclResult_t connecting_get(const struct weft_ns_handle *h, int nthreads,
                                    struct connecting **out) {
   for (struct connecting *k = connecting_list; k != NULL; k = k->next)
     if (memcmp(&k->h, h, sizeof(*h)) == 0) {
@@ -252,7 +252,10 @@ static ncclResult_t connecting_get(const struct weft_ns_handle *h, int single,
     return ncclSystemError;
   }
   k->h = *h;
-  if (!single) weft__ns_sock_counts(&k->nthreads, &k->nsocks);
+  if (nthreads < 0)
+    weft__ns_sock_counts(&k->nthreads, &k->nsocks);
+  else
+    k->nthreads = k->nsocks = nthreads; /* 0: single */
   k->deadline_ms = weft_deadline_default();
   for (int i = 0; i <= k->nsocks; i++) k->fds[i] = -1, k->backoff_ms[i] = 1;
   k->hello = (struct weft_ns_hello){.magic = WEFT_NS_MAGIC,
@@ -319,7 +322,9 @@ static ncclResult_t connecting_step(struct connecting *k, int i, int *ready) {
   return ncclSuccess;
 }
 
-static ncclResult_t ns_connect(int dev, const void *handle, int single, void **send_comm) {
+/* nthreads: -1 the parameters' counts, 0 the control socket only, else
+ * that many helper threads of one data socket each. */
+static ncclResult_t ns_connect(int dev, const void *handle, int nthreads, void **send_comm) {
   struct weft_ns_handle h;
   memcpy(&h, handle, sizeof(h));
   *send_comm = NULL;
@@ -331,7 +336,7 @@ static ncclResult_t ns_connect(int dev, const void *handle, int single, void **s
   pthread_mutex_lock(&connecting_lock);
   struct connecting *k = NULL;
   connecting_sweep(weft_time_ms());
-  ncclResult_t res = connecting_get(&h, single, &k);
+  ncclResult_t res = connecting_get(&h, nthreads, &k);
   if (k != NULL) k->touched_ms = weft_time_ms();
   int ready = 0;
   for (int i = 0; res == ncclSuccess && i <= k->nsocks; i++) {
@@ -355,9 +360,19 @@ static ncclResult_t ns_connect(int dev, const void *handle, int single, void **s
 }
 
 ncclResult_t weft__ns_connect(int dev, const void *handle, void **send_comm) {
-  return ns_connect(dev, handle, 0, send_comm);
+  return ns_connect(dev, handle, -1, send_comm);
 }
 
 ncclResult_t weft_net_socket_connect_single(int dev, const void *handle, void **send_comm) {
-  return ns_connect(dev, handle, 1, send_comm);
+  return ns_connect(dev, handle, 0, send_comm);
+}
+
+ncclResult_t weft_net_socket_connect_threads(int dev, const void *handle, int nthreads,
+                                             void **send_comm) {
+  if (nthreads < 1 || nthreads > WEFT_NS_MAX_SOCKS) {
+    WARN("net/socket: connect with %d helper threads: expected 1 to %d", nthreads,
+         WEFT_NS_MAX_SOCKS);
+    return ncclInternalError;
+  }
+  return ns_connect(dev, handle, nthreads, send_comm);
 }

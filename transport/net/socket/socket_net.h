@@ -178,6 +178,11 @@ int weft_net_socket_wait_fd(void *request);
  * one socket per comm). The host engine's links take it when the host has
  * no cores to spare for helper threads. */
 ncclResult_t weft_net_socket_connect_single(int dev, const void *handle, void **send_comm);
+/* connect with `nthreads` helper threads owning one data socket each
+ * (NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD left aside): the host
+ * engine's links, which get their parallelism from several channels. */
+ncclResult_t weft_net_socket_connect_threads(int dev, const void *handle, int nthreads,
+                                             void **send_comm);
 /* Whether receive request's size is known yet (its header is in): then
  * *size_out is the bytes that arrive. */
 int weft_net_socket_recv_size(void *request, size_t *size_out);
