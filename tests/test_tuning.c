@@ -84,6 +84,50 @@ START_TEST(cuda_no_direct) {
 }
 END_TEST
 
+/* Ranks of one process on one GPU (comm->cuda_direct 1) run every
+ * collective Direct has, at every size, on the CUDA engine; send/recv
+ * keep their plans. */
+START_TEST(own_buffers_one_gpu) {
+  struct ncclComm c = fake_comm(4, 0);
+  c.cuda_direct = 1;
+  static const enum weft_func has[] = {WEFT_FUNC_ALLREDUCE, WEFT_FUNC_ALLGATHER,
+                                       WEFT_FUNC_REDUCESCATTER, WEFT_FUNC_BROADCAST,
+                                       WEFT_FUNC_REDUCE};
+  struct weft_tuning t;
+  for (size_t i = 0; i < sizeof(has) / sizeof(has[0]); i++)
+    for (size_t bytes = 8; bytes <= (1u << 30); bytes <<= 11) {
+      ck_assert_int_eq(weft_tune(&c, 1, has[i], bytes, 4, &t), ncclSuccess);
+      ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+      ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+      /* The host engine keeps its own choice (Direct only for small
+       * all-reduces). */
+      ck_assert_int_eq(weft_tune(&c, 0, has[i], bytes, 4, &t), ncclSuccess);
+      if (bytes > 16384 || has[i] != WEFT_FUNC_ALLREDUCE) ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+    }
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_SEND, 4096, 4, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  /* Several GPUs of one process: only when NCCL_ALGO names it. */
+  c.cuda_direct = 2;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+}
+END_TEST
+
+/* NCCL_ALGO=Ring keeps one GPU's ranks on the ring; naming Direct puts
+ * several GPUs' on their own buffers too. */
+START_TEST(own_buffers_asked) {
+  setenv("NCCL_ALGO", "allreduce:Ring;allgather:Direct", 1);
+  struct ncclComm c = fake_comm(4, 0);
+  c.cuda_direct = 1;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  c.cuda_direct = 2;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+}
+END_TEST
+
 /* Over net links (GPU ranks on other hosts) the CUDA engine takes Direct
  * for small all-reduces, Simple only, and the ring past Direct's size. */
 START_TEST(net_links_direct) {
@@ -279,6 +323,8 @@ int main(void) {
   tcase_add_test(tc, cuda_crossover);
   tcase_add_test(tc, cuda_no_direct);
   tcase_add_test(tc, net_links_direct);
+  tcase_add_test(tc, own_buffers_one_gpu);
+  tcase_add_test(tc, own_buffers_asked);
   tcase_add_test(tc, tree_crossover);
   tcase_add_test(tc, force_ll);
   tcase_add_test(tc, force_simple);

@@ -82,6 +82,11 @@ struct ncclComm {
    * on one GPU, so the tuning may default to Direct for small all-reduces
    * (sched/tuning.c says why not otherwise). The same on every rank. */
   int cuda_net_direct;
+  /* Direct collectives on the ranks' own buffers (exec/cuda_direct.h):
+   * 0 none, 1 every rank on one GPU (the default algorithm there), 2 on
+   * several GPUs of one process (only when NCCL_ALGO names Direct). The
+   * same on every rank. */
+  int cuda_direct;
   /* Most channels the host engine's collectives use by default
    * (sched/tuning.c): more where sockets carry the links and every host
    * has cores for the helper threads. The same on every rank. */

@@ -192,6 +192,43 @@ ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank, 
                                     const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream);
 
+/* ---- Direct collectives on the ranks' own buffers ------------------------ */
+
+/* Where every rank of a communicator lives in one process (one GPU, or
+ * GPUs with peer access), each rank's kernel reads and writes its peers'
+ * buffers itself (direct.cu says how). A rank's board is a little device
+ * memory its kernels publish their buffers on; the table lists every
+ * rank's board, in rank order, for the kernels. */
+#define WEFT_DEV_DIRECT_MAX_RANKS 64
+struct weft_dev_board;
+ncclResult_t weft_dev_board_create(struct weft_dev_board **out); /* zeroed, on the current device */
+void weft_dev_board_destroy(struct weft_dev_board *board);
+ncclResult_t weft_dev_board_table(struct weft_dev_board *const *boards, int n,
+                                  struct weft_dev_board ***out);
+void weft_dev_board_table_free(struct weft_dev_board **table);
+
+/* One collective run directly: func is AllReduce, AllGather,
+ * ReduceScatter, Broadcast or Reduce; count as NCCL's call has it (per
+ * rank for AllGather and ReduceScatter); op a built-in one. */
+struct weft_dev_direct {
+  int func; /* enum weft_func */
+  int root;
+  size_t count;
+  ncclDataType_t datatype;
+  ncclRedOp_t op;
+  const void *sendbuff;
+  void *recvbuff;
+};
+
+/* Launches conns->rank's part on stream with nctas CTAs (any number per
+ * rank; every rank of the table must launch the same call, in the same
+ * order). sys: some rank is on another GPU. Waits are bounded and give
+ * up on abort or a peer's error as the plan kernel's do. */
+ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
+                                    struct weft_dev_board *const *table,
+                                    const struct weft_dev_conns *conns, int sys, int nctas,
+                                    cudaStream_t stream);
+
 /* ---- A group's collectives in one launch -------------------------------- */
 
 /* Collectives one fused launch carries (its kernel parameters hold them). */

@@ -165,5 +165,6 @@ cudaError_t weft_plan_load_simple(void);
 cudaError_t weft_plan_load_ll(void);
 cudaError_t weft_p2p_load(void);
 cudaError_t weft_local_load(void);
+cudaError_t weft_direct_load(void);
 
 #endif

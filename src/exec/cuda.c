@@ -22,6 +22,7 @@
 #include "core/bootstrap.h"
 #include "core/device.h"
 #include "device/device.h"
+#include "exec/cuda_direct.h"
 #include "exec/cuda_net.h"
 #include "transport/gpu_transport.h"
 #include "transport/p2p/p2p.h"
@@ -89,6 +90,7 @@ struct weft_cuda_engine {
   unsigned char *cross;      /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
   unsigned char *net_peer;   /* nranks: peer p is on another host: net links (cuda_net.h) */
   struct weft_cuda_net *net; /* the net links' proxy side; NULL when no peer is a net peer */
+  struct weft_cuda_direct *direct; /* direct collectives (cuda_direct.h); NULL: none */
   void *links[LINKS_N];      /* gpu_transports[t]'s state (NULL: none) */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
@@ -194,6 +196,7 @@ out:
 /* abort: no kernel waits are drained (init failed, or ncclCommAbort). */
 static void engine_free(struct weft_cuda_engine *e, int abort) {
   weft_cuda_net_destroy(e->net); /* the proxy lets go of the net links first */
+  weft_cuda_direct_destroy(e->direct);
   for (int t = LINKS_N - 1; t >= 0; t--) gpu_transports[t]->free(e->links[t], abort);
   weft_dev_conns_destroy(&e->conns);
   for (int i = 0; i < e->nplans; i++) {
@@ -281,6 +284,9 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
     res = weft_cuda_net_create(comm, e->net_peer, &e->conns, e->links[LINKS_NET], &e->flags->error,
                                (const volatile uint32_t *)&e->flags->abort, &e->net);
   if (res != ncclSuccess) goto err;
+  if (nnet == 0) res = weft_cuda_direct_create(comm, e->cross, &e->direct);
+  if (res != ncclSuccess) goto err;
+  comm->cuda_direct = weft_cuda_direct_kind(e->direct);
   comm->cuda_net_links = nnet > 0;
   comm->cuda_net_direct = nnet > 0 && !ranks_share_context(comm);
   comm->cuda = e;
@@ -509,20 +515,61 @@ static ncclResult_t coll_plan(struct ncclComm *comm, const struct weft_coll *col
   return ncclSuccess;
 }
 
+/* One rank: an out-of-place collective is one device copy and one in
+ * place is nothing, as NCCL does (avg divides by 1); PreMulSum scales
+ * straight into the output. A copy uses nothing of the engine, so destroy
+ * need not wait for it: no completion event is recorded. */
+static ncclResult_t one_rank(struct ncclComm *comm, const struct weft_coll *coll,
+                             const struct weft_cuda_premul *premul, cudaStream_t s) {
+  size_t bytes = coll->count * weft_dtype_size(coll->datatype);
+  if (bytes == 0) return ncclSuccess;
+  if (premul != NULL) {
+    struct weft_dev_scalar scalar = {.ptr = premul->dev_ptr};
+    memcpy(scalar.value, premul->value, sizeof(scalar.value));
+    WEFT_CHECK(weft_dev_scale(coll->recvbuff, coll->sendbuff, coll->count, coll->datatype,
+                              &scalar, s));
+  } else if (coll->sendbuff != coll->recvbuff) {
+    cudaError_t err =
+        cudaMemcpyAsync(coll->recvbuff, coll->sendbuff, bytes, cudaMemcpyDeviceToDevice, s);
+    if (err != cudaSuccess) {
+      WARN("rank %d: %s: the one rank's copy of %zu bytes: %s", comm->rank,
+           weft_func_name(coll->func), bytes, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,
                                      const struct weft_sched_args *args, int algo, int proto,
                                      const struct weft_cuda_premul *premul, void *stream) {
   struct weft_cuda_engine *e = comm->cuda;
   cudaStream_t s = (cudaStream_t)stream;
-  /* One rank has no arrivals to reduce: the ring plan's copy serves, as on
-   * the host engine. */
-  if (algo == WEFT_ALGO_DIRECT && comm->nranks == 1) algo = WEFT_ALGO_RING;
+  if (comm->nranks == 1 && premul == NULL && coll->sendbuff == coll->recvbuff) return ncclSuccess;
   weft_device_select(e->dev);
-  struct plan_entry *entry;
-  WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
+  if (comm->nranks == 1) return one_rank(comm, coll, premul, s);
   const void *in = coll->sendbuff;
   ncclRedOp_t op = coll->op;
   void *scaled = NULL;
+  if (algo == WEFT_ALGO_DIRECT && e->direct != NULL) {
+    if (premul != NULL) {
+      WEFT_CHECK(premul_input(comm, coll, premul, s, &scaled));
+      if (scaled != NULL) in = scaled;
+      op = ncclSum;
+    }
+    /* Stream-ordered free after this rank's kernel, which ends only once
+     * every peer is done reading the scaled copy. */
+    ncclResult_t res = weft_cuda_direct_launch(comm, e->direct, &e->conns, coll, in, op, s);
+    if (scaled != NULL) cudaFreeAsync(scaled, s);
+    if (res != ncclSuccess) {
+      WARN("rank %d: %s: launching the direct kernel failed", comm->rank,
+           weft_func_name(coll->func));
+      return res;
+    }
+    return launch_done(comm, weft_func_name(coll->func), s);
+  }
+  struct plan_entry *entry;
+  WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   if (premul != NULL) {
     WEFT_CHECK(premul_input(comm, coll, premul, s, &scaled));
     if (scaled != NULL) in = scaled;

@@ -39,11 +39,11 @@ static ncclResult_t cuda_call(struct ncclComm *comm, const struct weft_engine_op
   return ncclSuccess;
 }
 
-/* Whether a collective can share a kernel with others: PreMulSum and a
- * Direct AllReduce launch kernels of their own around the plan's. */
+/* Whether a collective can share a kernel with others: PreMulSum and
+ * Direct launch kernels of their own, and one rank's are copies. */
 static int cuda_fusable(const struct ncclComm *comm, const struct weft_engine_op *op,
                         const struct weft_cuda_call *c) {
-  return !op->redop.premul_sum && !(c->algo == WEFT_ALGO_DIRECT && comm->nranks > 1);
+  return !op->redop.premul_sum && c->algo != WEFT_ALGO_DIRECT && comm->nranks > 1;
 }
 
 /* Launches calls[0..n) of comm (op: the first one's): one alone as

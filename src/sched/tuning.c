@@ -71,6 +71,12 @@
 #define CUDA_LL_ALPHA_US 4.2
 #define CUDA_LL_BETA 18000.0 /* 18 GB/s */
 
+/* Direct on the ranks' own buffers (one kernel, two waits on the peers):
+ * a first estimate for reports (ncclGroupSimulateEnd, TUNING lines), not
+ * yet fitted; the choice does not depend on it. */
+#define CUDA_DIRECT_ALPHA_US 6.0
+#define CUDA_DIRECT_BETA 1000000.0 /* 1 TB/s */
+
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
 /* The ones weft has (bits of PROTO_*; PROTO_x == WEFT_PROTO_x for both). */
@@ -300,6 +306,19 @@ static enum weft_proto pick_proto(const struct ncclComm *comm, int kernels, enum
   return low < simple ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
 }
 
+/* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func:
+ * the collectives it has, where NCCL_ALGO allows it; by default only where
+ * every rank shares one GPU (measured there, docs/PERFORMANCE.md), on
+ * several GPUs of one process when NCCL_ALGO names it. */
+static int direct_on_buffers(const struct ncclComm *comm, int kernels, enum weft_func func) {
+  if (!kernels || comm->nranks < 2 || comm->cuda_direct == 0) return 0;
+  if (func != WEFT_FUNC_ALLREDUCE && func != WEFT_FUNC_ALLGATHER &&
+      func != WEFT_FUNC_REDUCESCATTER && func != WEFT_FUNC_BROADCAST && func != WEFT_FUNC_REDUCE)
+    return 0;
+  if (!(tuning.algo_mask[func] & (1u << WEFT_ALGO_DIRECT))) return 0;
+  return comm->cuda_direct == 1 || weft_param_str(WEFT_PARAM_ALGO) != NULL;
+}
+
 ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out) {
   pthread_once(&tuning_once, tuning_load);
@@ -312,11 +331,19 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
       bytes <= SIZE_MAX / (size_t)n)
     total = bytes * (size_t)n;
   double est;
-  out->algo = pick_algo(func, n, (double)bytes, alpha, beta,
-                        kernels ? 1 + (comm->cuda_net_direct != 0) : 0, &est);
+  int own = direct_on_buffers(comm, kernels, func);
+  if (own) {
+    out->algo = WEFT_ALGO_DIRECT;
+    est = CUDA_DIRECT_ALPHA_US + (double)total / CUDA_DIRECT_BETA;
+  } else {
+    out->algo = pick_algo(func, n, (double)bytes, alpha, beta,
+                          kernels ? 1 + (comm->cuda_net_direct != 0) : 0, &est);
+  }
   out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
-  out->proto = pick_proto(comm, kernels, func, out->algo, bytes, out->nchannels, out->chunk_bytes);
+  out->proto = own ? WEFT_PROTO_SIMPLE
+                   : pick_proto(comm, kernels, func, out->algo, bytes, out->nchannels,
+                                out->chunk_bytes);
   out->estimated_us = (float)est;
   int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
   INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",
@@ -324,6 +351,7 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
        simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
        out->nchannels == 1 ? "" : "s", out->chunk_bytes, est,
        n == 1 ? "local"
+       : own  ? "the ranks' own buffers"
        : shm  ? "shm"
               : "socket");
   return ncclSuccess;

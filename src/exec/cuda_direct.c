@@ -1,0 +1,146 @@
+/* The CUDA engine's direct collectives: see exec/cuda_direct.h. */
+#include "exec/cuda_direct.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "base/check.h"
+#include "base/debug.h"
+#include "base/dtype.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "exec/engine.h"
+#include "weft_config.h"
+
+#if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
+#include <cuda_runtime_api.h>
+
+#include "device/device.h"
+
+/* Bytes of a call one CTA of a rank moves before another CTA pays. */
+#define DIRECT_BYTES_PER_CTA (256u * 1024u)
+
+/* The communicator's boards, shared by its ranks (threads of one process):
+ * a rank's last CTA may still read a peer's board after the rank's own
+ * kernel ended, so no board is freed before every rank let go. */
+struct direct_group {
+  atomic_int refs;
+  int nranks;
+  struct weft_dev_board *boards[]; /* each rank sets its own */
+};
+
+struct weft_cuda_direct {
+  struct direct_group *group;
+  struct weft_dev_board *board;  /* this rank's */
+  struct weft_dev_board **table; /* device: every rank's, in rank order */
+  int sys;                       /* some rank is on another GPU */
+};
+
+/* What each rank tells the others at init. */
+struct direct_card {
+  struct weft_dev_board *board;
+  struct direct_group *group; /* rank 0's is the communicator's */
+};
+
+/* Every rank a thread of one process: the same pid on the same host. */
+static int one_process(const struct ncclComm *comm) {
+  const struct weft_peer_info *p0 = &comm->peers[0];
+  for (int p = 1; p < comm->nranks; p++)
+    if (comm->peers[p].pid != p0->pid || comm->peers[p].host_hash != p0->host_hash) return 0;
+  return 1;
+}
+
+ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char *cross,
+                                     struct weft_cuda_direct **out) {
+  *out = NULL;
+  int n = comm->nranks;
+  if (n < 2 || n > WEFT_DEV_DIRECT_MAX_RANKS || !one_process(comm)) return ncclSuccess;
+  ncclResult_t res = ncclSystemError;
+  struct weft_cuda_direct *d = calloc(1, sizeof(*d));
+  struct direct_card *cards = calloc((size_t)n, sizeof(*cards));
+  struct weft_dev_board **boards = calloc((size_t)n, sizeof(*boards));
+  struct direct_group *mine = NULL;
+  if (comm->rank == 0) {
+    mine = calloc(1, sizeof(*mine) + (size_t)n * sizeof(mine->boards[0]));
+    if (mine != NULL) atomic_init(&mine->refs, n), mine->nranks = n;
+  }
+  if (d == NULL || cards == NULL || boards == NULL || (comm->rank == 0 && mine == NULL)) {
+    WARN("rank %d: out of memory for the direct collectives' boards", comm->rank);
+    goto fail;
+  }
+  res = weft_dev_board_create(&d->board);
+  if (res != ncclSuccess) goto fail;
+  /* One process: a board's address is good in every rank (peer access
+   * across GPUs was enabled when the p2p transport linked them). */
+  cards[comm->rank] = (struct direct_card){d->board, mine};
+  res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+  if (res != ncclSuccess) goto fail;
+  for (int p = 0; p < n; p++) boards[p] = cards[p].board;
+  d->group = cards[0].group;
+  d->group->boards[comm->rank] = d->board;
+  res = weft_dev_board_table(boards, n, &d->table);
+  if (res != ncclSuccess) goto fail;
+  for (int p = 0; p < n; p++) d->sys |= cross[p] != 0;
+  INFO(WEFT_INIT, "rank %d: CUDA engine: direct collectives on the ranks' own buffers (%d ranks "
+                  "in one process, %s)",
+       comm->rank, n, d->sys ? "several GPUs" : "one GPU");
+  free(cards);
+  free(boards);
+  *out = d;
+  return ncclSuccess;
+fail:
+  /* Before the all-gather nothing is shared; after it a failure leaves the
+   * group to the ranks that succeeded (its boards leak, like the rest of
+   * a communicator whose init failed on some rank). */
+  if (d != NULL && d->group == NULL) {
+    weft_dev_board_destroy(d->board);
+    free(mine);
+  }
+  if (d != NULL) weft_dev_board_table_free(d->table);
+  free(d);
+  free(cards);
+  free(boards);
+  return res;
+}
+
+void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
+  if (d == NULL) return;
+  weft_dev_board_table_free(d->table);
+  /* The caller's kernels have ended; the last rank's end means every
+   * rank's have, so no CTA reads a board any more. */
+  struct direct_group *g = d->group;
+  if (atomic_fetch_sub_explicit(&g->refs, 1, memory_order_acq_rel) == 1) {
+    for (int p = 0; p < g->nranks; p++) weft_dev_board_destroy(g->boards[p]);
+    free(g);
+  }
+  free(d);
+}
+
+int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
+  return d == NULL ? 0 : d->sys ? 2 : 1;
+}
+
+ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                     const struct weft_dev_conns *conns,
+                                     const struct weft_coll *coll, const void *in, ncclRedOp_t op,
+                                     void *stream) {
+  if (coll->count == 0) return ncclSuccess; /* every rank makes the same call */
+  struct weft_dev_direct call = {.func = (int)coll->func,
+                                 .root = coll->root,
+                                 .count = coll->count,
+                                 .datatype = coll->datatype,
+                                 .op = op,
+                                 .sendbuff = in,
+                                 .recvbuff = coll->recvbuff};
+  /* The bytes this rank moves: its share of the call. */
+  size_t bytes = weft_engine_op_bytes(coll);
+  if (coll->func != WEFT_FUNC_ALLGATHER && coll->func != WEFT_FUNC_REDUCESCATTER)
+    bytes /= (size_t)comm->nranks;
+  size_t ctas = bytes / DIRECT_BYTES_PER_CTA + 1;
+  int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
+  return weft_dev_direct_launch(&call, d->table, conns, d->sys, nctas < 1 ? 1 : nctas,
+                                (cudaStream_t)stream);
+}
+
+#endif

@@ -1,0 +1,35 @@
+/* The CUDA engine's direct collectives (src/device/direct.cu): where every
+ * rank of a communicator is a thread of one process (on one GPU, or on GPUs
+ * the p2p transport gave peer access), each rank's kernel reads and writes
+ * the other ranks' buffers itself: no FIFOs, every byte read once and
+ * written once. Here: whether a communicator can, its boards (made at init,
+ * their addresses all-gathered once), and the launch. */
+#ifndef WEFT_EXEC_CUDA_DIRECT_H
+#define WEFT_EXEC_CUDA_DIRECT_H
+
+#include "nccl.h"
+
+struct ncclComm;
+struct weft_coll;
+struct weft_dev_conns;
+struct weft_cuda_direct;
+
+/* Collective over comm's ranks (every rank calls it, and every rank
+ * decides alike from the all-gathered peer table): *out is NULL where the
+ * communicator cannot run direct collectives (ranks in several processes,
+ * one rank, more than WEFT_DEV_DIRECT_MAX_RANKS); cross[p] is nonzero for
+ * a peer on another GPU. Call once the p2p transport linked the peers. */
+ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char *cross,
+                                     struct weft_cuda_direct **out);
+void weft_cuda_direct_destroy(struct weft_cuda_direct *d);
+/* 1: every rank on one GPU; 2: ranks on several GPUs of the process. */
+int weft_cuda_direct_kind(const struct weft_cuda_direct *d);
+
+/* Launches coll on stream (a cudaStream_t), reading `in` (the input, or
+ * PreMulSum's scaled copy) and reducing with op. */
+ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                     const struct weft_dev_conns *conns,
+                                     const struct weft_coll *coll, const void *in, ncclRedOp_t op,
+                                     void *stream);
+
+#endif
