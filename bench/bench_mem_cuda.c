@@ -183,12 +183,6 @@ static int cuda_graph_end(cudaStream_t stream, void **graph_out) {
   int rc = cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture (-G)");
 
   if (rc == 0) rc = cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate (-G)");
-  /* Uploaded now, while no rank's kernels run: a first launch that
-   * uploads the graph itself can wait behind another rank's kernels on the
-   * same GPU, which spin until this rank's graph runs (seen with 8 ranks
-   * as threads on one H200, 1,000 calls a graph). */
-  if (rc == 0) rc = cuda_check(cudaGraphUpload(exec, stream), "cudaGraphUpload (-G)");
-  if (rc == 0) rc = cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (-G)");
   if (graph) cudaGraphDestroy(graph);
   *graph_out = rc == 0 ? (void *)exec : NULL;
   return rc;

@@ -154,12 +154,6 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph,
   return cudaErrorNotSupported;
 }
 
-cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
-  (void)exec;
-  (void)stream;
-  return cudaErrorNotSupported;
-}
-
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   (void)exec;
   (void)stream;

@@ -576,6 +576,7 @@ struct p2p_case {
   int n;
   int cnt[MAXR][MAXR];
   unsigned seed;
+  int parts; /* lanes per peer (weft_p2p_plan_parts); 0: weft_p2p_plan */
 };
 
 static size_t p2p_size(int a, int b, int k) {
@@ -613,7 +614,9 @@ static void p2p_run(const struct p2p_case *c) {
   for (int r = 0; r < c->n; r++) {
     struct sim_rank *sr = &s.r[r];
     nops[r] = p2p_ops(&s, c, r, ops[r], knum[r]);
-    ck_assert_int_eq(weft_p2p_plan(r, ops[r], nops[r], &sr->plan), ncclSuccess);
+    ck_assert_int_eq(c->parts ? weft_p2p_plan_parts(r, ops[r], nops[r], c->parts, &sr->plan)
+                              : weft_p2p_plan(r, ops[r], nops[r], &sr->plan),
+                     ncclSuccess);
     sim_lanes_init(sr);
     size_t total = 0;
     for (int i = 0; i < nops[r]; i++) total += ops[r][i].bytes;
@@ -638,22 +641,24 @@ static void p2p_run(const struct p2p_case *c) {
   sim_free(&s);
 }
 
+/* Every pattern with one lane per peer, and cut into 3 parts a peer (the
+ * CUDA engine's several CTAs a peer). */
 START_TEST(p2p_patterns) {
   int n = _i;
-  for (int pat = 0; pat < 5; pat++)
+  for (int pat = 0; pat < 10; pat++)
     for (unsigned seed = 1; seed <= 8; seed++) {
-      struct p2p_case c = {.n = n, .seed = seed * 7919u + (unsigned)pat};
+      struct p2p_case c = {.n = n, .seed = seed * 7919u + (unsigned)pat, .parts = pat / 5 * 3};
       for (int a = 0; a < n; a++) {
         int nx = (a + 1) % n, pv = (a + n - 1) % n;
-        if (pat == 0) c.cnt[a][nx] = 1;                          /* ring exchange */
-        for (int b = 0; pat == 1 && b < n; b++) c.cnt[a][b] = 1; /* all-to-all */
-        if (pat == 2) c.cnt[a][a] = 2;                           /* self */
-        if (pat == 3) {                                          /* unequal */
+        if (pat % 5 == 0) c.cnt[a][nx] = 1;                          /* ring exchange */
+        for (int b = 0; pat % 5 == 1 && b < n; b++) c.cnt[a][b] = 1; /* all-to-all */
+        if (pat % 5 == 2) c.cnt[a][a] = 2;                           /* self */
+        if (pat % 5 == 3) {                                          /* unequal */
           c.cnt[a][nx] += 1 + a % 3;
           c.cnt[a][pv] += 1 + (a + 1) % 2;
           c.cnt[a][a] = a % 2;
         }
-        for (int b = 0; pat == 4 && b < n; b++) c.cnt[a][b] = (int)((a * 5 + b * 3 + seed) % 3);
+        for (int b = 0; pat % 5 == 4 && b < n; b++) c.cnt[a][b] = (int)((a * 5 + b * 3 + seed) % 3);
       }
       p2p_run(&c);
     }

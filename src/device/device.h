@@ -262,8 +262,8 @@ ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *colls, int 
  * past this many they go to a device table filled in stream order. */
 #define WEFT_DEV_P2P_INLINE 64
 
-/* Launches a grouped send/recv plan (weft_p2p_plan) on stream: one CTA per
- * peer. bufs[i] is the buffer of the plan's i-th op (nbufs of them); any
+/* Launches a grouped send/recv plan (weft_p2p_plan_parts) on stream: one
+ * CTA per lane (a few per peer). bufs[i] is the buffer of the plan's i-th op (nbufs of them); any
  * count works, and the table is captured by value (kernel parameters, or a
  * stream-ordered allocation filled by kernels), so CUDA graph capture
  * records it. Each send travels behind a 16-byte header carrying its byte

@@ -1,5 +1,6 @@
-/* Grouped send/recv on the device: one CTA per peer runs the lane of a
- * weft_p2p_plan (src/sched/p2p.c) over the same FIFOs as the plan kernel,
+/* Grouped send/recv on the device: one CTA per lane of a weft_p2p_plan_parts
+ * plan (src/sched/p2p.c: a few lanes per peer, each moving one part of
+ * every op on its own channel) over the same FIFOs as the plan kernel,
  * half the CTA sending and half receiving, so two ranks that send to each
  * other never wait on each other.
  *

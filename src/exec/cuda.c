@@ -91,6 +91,7 @@ struct weft_cuda_engine {
   unsigned char *net_peer;   /* nranks: peer p is on another host: net links (cuda_net.h) */
   struct weft_cuda_net *net; /* the net links' proxy side; NULL when no peer is a net peer */
   struct weft_cuda_direct *direct; /* direct collectives (cuda_direct.h); NULL: none */
+  int p2p_parts;                   /* lanes (CTAs) a send/recv peer gets: p2p_parts_agree */
   void *links[LINKS_N];      /* gpu_transports[t]'s state (NULL: none) */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
@@ -228,6 +229,35 @@ static int ranks_share_context(const struct ncclComm *comm) {
   return 0;
 }
 
+/* Most lanes a send/recv peer gets; past this a peer's bytes are spread
+ * over SMs enough to keep its links busy. */
+#define P2P_MAX_PARTS 8
+
+/* Lanes (CTAs, on channels 0..parts-1) each peer of a grouped send/recv
+ * gets, the same on every rank: the fewest CTAs any rank may launch
+ * (max_lanes, all-gathered) shared by every peer, so even a group with
+ * every rank fits; 1 where any rank has net links (the proxy's links are
+ * fewer). */
+static ncclResult_t p2p_parts_agree(struct ncclComm *comm, int max_lanes, int nnet, int nch,
+                                    int *out) {
+  int *all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL) {
+    WARN("rank %d: out of memory agreeing on send/recv lanes", comm->rank);
+    return ncclSystemError;
+  }
+  all[comm->rank] = nnet > 0 ? 0 : max_lanes;
+  ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
+  int lo = max_lanes;
+  for (int p = 0; res == ncclSuccess && p < comm->nranks; p++)
+    if (all[p] < lo) lo = all[p];
+  free(all);
+  int parts = lo / comm->nranks;
+  if (parts > P2P_MAX_PARTS) parts = P2P_MAX_PARTS;
+  if (parts > nch) parts = nch;
+  *out = parts < 1 ? 1 : parts;
+  return res;
+}
+
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   ncclResult_t res = ncclSuccess;
   struct weft_cuda_engine *e = calloc(1, sizeof(*e));
@@ -260,6 +290,8 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   int nnet = weft_cuda_net_peers(comm, e->net_peer);
   if (nnet > 0 && nch > weft_cuda_net_max_channels()) nch = weft_cuda_net_max_channels();
   if (nch < 1) nch = 1;
+  res = p2p_parts_agree(comm, max_lanes, nnet, nch * 2, &e->p2p_parts);
+  if (res != ncclSuccess) goto err;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->last, cudaEventDisableTiming), "cudaEventCreate",
@@ -671,7 +703,7 @@ static ncclResult_t p2p_plan_get(struct ncclComm *comm, const struct weft_cuda_p
     return ncclSuccess;
   }
   struct weft_plan plan;
-  WEFT_CHECK(weft_p2p_plan(comm->rank, p->ops, p->nops, &plan));
+  WEFT_CHECK(weft_p2p_plan_parts(comm->rank, p->ops, p->nops, comm->cuda->p2p_parts, &plan));
   ncclResult_t res = plan_insert(comm, &key, p->ops, &plan, s, out);
   weft_plan_free(&plan);
   return res;
@@ -789,6 +821,35 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
 int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   (void)comm;
   return 1;
+}
+
+/* Most lanes a send/recv peer gets; past this a peer's bytes are spread
+ * over SMs enough to keep its links busy. */
+#define P2P_MAX_PARTS 8
+
+/* Lanes (CTAs, on channels 0..parts-1) each peer of a grouped send/recv
+ * gets, the same on every rank: the fewest CTAs any rank may launch
+ * (max_lanes, all-gathered) shared by every peer, so even a group with
+ * every rank fits; 1 where any rank has net links (the proxy's links are
+ * fewer). */
+static ncclResult_t p2p_parts_agree(struct ncclComm *comm, int max_lanes, int nnet, int nch,
+                                    int *out) {
+  int *all = calloc((size_t)comm->nranks, sizeof(*all));
+  if (all == NULL) {
+    WARN("rank %d: out of memory agreeing on send/recv lanes", comm->rank);
+    return ncclSystemError;
+  }
+  all[comm->rank] = nnet > 0 ? 0 : max_lanes;
+  ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
+  int lo = max_lanes;
+  for (int p = 0; res == ncclSuccess && p < comm->nranks; p++)
+    if (all[p] < lo) lo = all[p];
+  free(all);
+  int parts = lo / comm->nranks;
+  if (parts > P2P_MAX_PARTS) parts = P2P_MAX_PARTS;
+  if (parts > nch) parts = nch;
+  *out = parts < 1 ? 1 : parts;
+  return res;
 }
 
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {

@@ -93,8 +93,9 @@ struct weft_cuda_p2p {
   void *const *streams; /* nstreams distinct streams the calls named, first seen first */
   int nstreams;
 };
-/* Launches them as one kernel on streams[0] (weft_p2p_plan: one lane per
- * peer, plans cached by the list of peers, directions and sizes); returns
+/* Launches them as one kernel on streams[0] (weft_p2p_plan_parts: a few
+ * lanes per peer, plans cached by the list of peers, directions and
+ * sizes); returns
  * without waiting. Sends marked in stage go from a stream-ordered copy
  * taken first, so a receive of the group cannot overwrite them. With
  * several streams, streams[0] first waits for the others' earlier work and

@@ -2,7 +2,12 @@
  * rank with every other rank at once; weft_direct_plan at the end).
  *
  * Grouped send/recv as a plan: one lane per peer on channel 0 (each peer
- * has its own connections, so lanes never share one). On a lane, the k-th
+ * has its own connections, so lanes never share one), or `parts` lanes per
+ * peer on channels 0..parts-1, lane c moving part c of every op (the CUDA
+ * engine: a CTA per lane, so a peer's bytes move on several SMs). Both ends
+ * cut an op alike (weft_split of its byte count), so a part's size is
+ * checked against the part posted; ops whose sizes differ differ in some
+ * part, so a mismatch is still caught. On a lane, the k-th
  * send to the peer and the k-th receive from it form one step: when two
  * ranks send to each other, each posts its send and its receive together
  * and neither waits for the other to finish first. The rest of the sends
@@ -27,8 +32,8 @@ static int p2p_nth(const struct weft_p2p *ops, int nops, int peer, int is_send, 
   return -1;
 }
 
-static ncclResult_t p2p_self_lane(int rank, const struct weft_p2p *ops, int nops,
-                                  struct weft_lane *lane) {
+static ncclResult_t p2p_self_lane(int rank, const struct weft_p2p *ops, int nops, int part,
+                                  int parts, struct weft_lane *lane) {
   for (int k = 0;; k++) {
     int s = p2p_nth(ops, nops, rank, 1, k), r = p2p_nth(ops, nops, rank, 0, k);
     if (s < 0 && r < 0) return ncclSuccess;
@@ -37,38 +42,51 @@ static ncclResult_t p2p_self_lane(int rank, const struct weft_p2p *ops, int nops
            s < 0 ? r : s, s < 0 ? "ncclSend" : "ncclRecv");
       return ncclInvalidUsage;
     }
-    size_t bytes = ops[s].bytes < ops[r].bytes ? ops[s].bytes : ops[r].bytes;
-    struct weft_step st = weft_step_local((uint16_t)r, 0, (uint16_t)s, 0, bytes, 0);
+    size_t bytes = ops[s].bytes < ops[r].bytes ? ops[s].bytes : ops[r].bytes, off, len;
+    weft_split(bytes, parts, part, &off, &len);
+    struct weft_step st = weft_step_local((uint16_t)r, off, (uint16_t)s, off, len, 0);
     WEFT_CHECK(weft_lane_push(lane, &st));
   }
 }
 
-static ncclResult_t p2p_peer_lane(int peer, const struct weft_p2p *ops, int nops,
-                                  struct weft_lane *lane) {
+static ncclResult_t p2p_peer_lane(int peer, const struct weft_p2p *ops, int nops, int part,
+                                  int parts, struct weft_lane *lane) {
   for (int k = 0;; k++) {
     int s = p2p_nth(ops, nops, peer, 1, k), r = p2p_nth(ops, nops, peer, 0, k);
     if (s < 0 && r < 0) return ncclSuccess;
     struct weft_step st = {.send_peer = -1, .recv_peer = -1};
-    if (r >= 0) st = weft_step_recv(peer, WEFT_STEP_COPY, (uint16_t)r, 0, 0, 0, ops[r].bytes);
+    size_t off, len;
+    if (r >= 0) {
+      weft_split(ops[r].bytes, parts, part, &off, &len);
+      st = weft_step_recv(peer, WEFT_STEP_COPY, (uint16_t)r, off, 0, 0, len);
+    }
     if (s >= 0) {
+      weft_split(ops[s].bytes, parts, part, &off, &len);
       st.flags |= WEFT_STEP_SEND;
       st.send_buf = (uint16_t)s;
       st.send_peer = peer;
-      st.send_bytes = ops[s].bytes;
+      st.send_off = off;
+      st.send_bytes = len;
     }
     WEFT_CHECK(weft_lane_push(lane, &st));
   }
 }
 
 ncclResult_t weft_p2p_plan(int rank, const struct weft_p2p *ops, int nops, struct weft_plan *out) {
+  return weft_p2p_plan_parts(rank, ops, nops, 1, out);
+}
+
+ncclResult_t weft_p2p_plan_parts(int rank, const struct weft_p2p *ops, int nops, int parts,
+                                 struct weft_plan *out) {
   ncclResult_t res = ncclSuccess;
   struct weft_plan plan = {0, NULL};
-  if (nops < 0 || nops >= WEFT_BUF_SCRATCH || (nops > 0 && ops == NULL)) {
-    WARN("rank %d: %d send/recv ops in one group; at most %d fit a plan", rank, nops,
-         WEFT_BUF_SCRATCH - 1);
+  if (nops < 0 || nops >= WEFT_BUF_SCRATCH || (nops > 0 && ops == NULL) || parts < 1) {
+    WARN("rank %d: %d send/recv ops in %d parts in one group; at most %d ops fit a plan", rank,
+         nops, parts, WEFT_BUF_SCRATCH - 1);
     return ncclInvalidUsage;
   }
-  /* Peers in order of first appearance: lane i serves peers[i]. */
+  /* Peers in order of first appearance: lanes [i * parts, (i + 1) * parts)
+   * serve peers[i], part c on channel c. */
   int *peers = malloc((size_t)(nops > 0 ? nops : 1) * sizeof(*peers));
   if (peers == NULL) {
     WARN("rank %d: out of memory planning %d send/recv ops", rank, nops);
@@ -80,14 +98,16 @@ ncclResult_t weft_p2p_plan(int rank, const struct weft_p2p *ops, int nops, struc
     for (int j = 0; j < npeers && !seen; j++) seen = peers[j] == ops[i].peer;
     if (!seen) peers[npeers++] = ops[i].peer;
   }
-  WEFT_CHECK_GOTO(weft_plan_alloc(&plan, npeers), res, out_free);
-  for (int i = 0; i < npeers; i++) {
-    plan.lanes[i].channel = 0;
-    if (peers[i] == rank)
-      WEFT_CHECK_GOTO(p2p_self_lane(rank, ops, nops, &plan.lanes[i]), res, out_free);
-    else
-      WEFT_CHECK_GOTO(p2p_peer_lane(peers[i], ops, nops, &plan.lanes[i]), res, out_free);
-  }
+  WEFT_CHECK_GOTO(weft_plan_alloc(&plan, npeers * parts), res, out_free);
+  for (int i = 0; i < npeers; i++)
+    for (int c = 0; c < parts; c++) {
+      struct weft_lane *lane = &plan.lanes[i * parts + c];
+      lane->channel = c;
+      if (peers[i] == rank)
+        WEFT_CHECK_GOTO(p2p_self_lane(rank, ops, nops, c, parts, lane), res, out_free);
+      else
+        WEFT_CHECK_GOTO(p2p_peer_lane(peers[i], ops, nops, c, parts, lane), res, out_free);
+    }
   *out = plan;
   plan = (struct weft_plan){0, NULL};
 out_free:

@@ -133,6 +133,11 @@ struct weft_p2p {
  * a LOCAL copy. */
 ncclResult_t weft_p2p_plan(int rank, const struct weft_p2p *ops, int nops,
                            struct weft_plan *out);
+/* The same with every op cut into `parts` (>= 1) parts, part c on lane
+ * (peer index * parts + c), channel c. Every rank must use the same parts
+ * with a peer. */
+ncclResult_t weft_p2p_plan_parts(int rank, const struct weft_p2p *ops, int nops, int parts,
+                                 struct weft_plan *out);
 
 /* Appends a step to a lane (grows it); plan helpers for generators. */
 ncclResult_t weft_lane_push(struct weft_lane *lane, const struct weft_step *step);
