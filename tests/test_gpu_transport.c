@@ -103,6 +103,29 @@ static ncclResult_t one_rank_allgather(void *ctx, void *all, size_t bytes) {
   return ncclSuccess;
 }
 
+/* A direct collective's timed-out waits describe themselves: which call,
+ * which peer, how far the peer got (no GPU needed: the report is host
+ * code over the host-mapped record). */
+START_TEST(direct_wait_reports) {
+  struct weft_dev_wait_diag d = {.claimed = 1,
+                                 .dir = WEFT_DEV_WAIT_PEER_READY,
+                                 .peer = 3,
+                                 .channel = -1,
+                                 .lane = 2,
+                                 .pos = 8,
+                                 .seen = 7};
+  char buf[512];
+  weft_dev_wait_describe(&d, 8, buf, sizeof(buf));
+  ck_assert_msg(strstr(buf, "call 8") && strstr(buf, "rank 3 to reach it") &&
+                    strstr(buf, "reached call 7"),
+                "%s", buf);
+  d.dir = WEFT_DEV_WAIT_PEER_DONE;
+  weft_dev_wait_describe(&d, 8, buf, sizeof(buf));
+  ck_assert_msg(strstr(buf, "rank 3 to finish its part") && strstr(buf, "finished call 7"), "%s",
+                buf);
+}
+END_TEST
+
 START_TEST(p2p_self) {
   static const struct weft_gpu_inbox_fns fns = {weft_dev_inbox_create, weft_dev_inbox_destroy,
                                                 weft_dev_inbox_link};
@@ -161,6 +184,7 @@ int main(void) {
   tcase_add_test(tc, slots_buffsize_small);
   tcase_add_test(tc, net_no_peers);
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
+  tcase_add_test(tc, direct_wait_reports);
   tcase_add_test(tc, p2p_self);
 #endif
   suite_add_tcase(s, tc);

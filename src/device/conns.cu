@@ -151,6 +151,17 @@ extern "C" void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int n
   const char *proto = v.proto == WEFT_PROTO_LL ? "LL" : "Simple";
   if (!v.claimed || nslots <= 0)
     snprintf(buf, len, "no wait recorded its state");
+  else if (v.dir == WEFT_DEV_WAIT_PEER_READY)
+    snprintf(buf, len,
+             "a direct collective (call %llu of the communicator, CTA %u) waited for rank %d to "
+             "reach it; rank %d had reached call %llu (it did not make the call, or its kernel "
+             "cannot start)",
+             (unsigned long long)v.pos, v.lane, v.peer, v.peer, (unsigned long long)v.seen);
+  else if (v.dir == WEFT_DEV_WAIT_PEER_DONE)
+    snprintf(buf, len,
+             "a direct collective (call %llu of the communicator, CTA %u) waited for rank %d to "
+             "finish its part; rank %d had finished call %llu",
+             (unsigned long long)v.pos, v.lane, v.peer, v.peer, (unsigned long long)v.seen);
   else if (v.dir == WEFT_DEV_WAIT_GROUP)
     snprintf(buf, len,
              "CTA %u of a group's fused launch waited for the other CTAs between two "

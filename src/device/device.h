@@ -53,7 +53,15 @@ struct weft_dev_conns {
  * the peer's data: tail, slots the peer filled; for LL, the flag of one
  * line) or WEFT_DEV_WAIT_GROUP (a fused launch's CTA waited for the others
  * between two collectives). claimed is set by the one wait that writes it. */
-enum { WEFT_DEV_WAIT_FREE = 1, WEFT_DEV_WAIT_DATA = 2, WEFT_DEV_WAIT_GROUP = 3 };
+enum {
+  WEFT_DEV_WAIT_FREE = 1,
+  WEFT_DEV_WAIT_DATA = 2,
+  WEFT_DEV_WAIT_GROUP = 3,
+  /* A direct collective (direct.cu) waited for a peer to reach the call
+   * (pos: the call's epoch, seen: the peer's) or to finish its part. */
+  WEFT_DEV_WAIT_PEER_READY = 4,
+  WEFT_DEV_WAIT_PEER_DONE = 5,
+};
 struct weft_dev_wait_diag {
   uint32_t claimed;
   uint32_t dir;

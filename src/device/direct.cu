@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
       me->out = a.out;
       st_release(&me->ready, epoch, a.sys);
     }
-    go = wait_boards(a, offsetof(weft_dev_board, ready), epoch, WEFT_DEV_WAIT_DATA);
+    go = wait_boards(a, offsetof(weft_dev_board, ready), epoch, WEFT_DEV_WAIT_PEER_READY);
   }
   __syncthreads();
   if (!go) return;
@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
       me->arrive = 0;
       __threadfence();
       st_release(&me->done, e, a.sys);
-      if (wait_boards(a, offsetof(weft_dev_board, done), e, WEFT_DEV_WAIT_GROUP))
+      if (wait_boards(a, offsetof(weft_dev_board, done), e, WEFT_DEV_WAIT_PEER_DONE))
         *(volatile uint64_t *)&me->epoch = e;
     }
   }
