@@ -304,8 +304,6 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
 
 /* ---- Host side ------------------------------------------------------------ */
 
-static const int direct_ops[] = {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_SUM};
-
 /* Fills n bytes at dst (device) from src (host), or zeroes them when src is
  * NULL, on a stream of its own: waiting for it never waits for a kernel
  * of another rank that may be spinning on this one. */
@@ -372,7 +370,7 @@ extern "C" ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
   a.func = d->func;
   a.root = d->root;
   a.dt = (int)d->datatype;
-  a.op = direct_ops[d->op];
+  a.op = exec_op_of(d->op);
   a.avg = d->op == ncclAvg;
   a.sys = sys ? 1u : 0u;
   a.count = d->count;

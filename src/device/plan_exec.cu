@@ -5,8 +5,6 @@
 #include "device/dev_check.cuh"
 #include "device/plan_kernel.cuh"
 
-static const int exec_ops[] = {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_SUM};
-
 /* Whether plan can run on conns with datatype and op (WARNs why not). */
 static ncclResult_t launch_check(const struct weft_dev_plan *plan,
                                  const struct weft_dev_conns *conns, ncclDataType_t datatype,
@@ -41,7 +39,7 @@ static exec_work work_of(const struct weft_dev_plan *plan, const void *sendbuff,
   w.bufs[0] = (char *)sendbuff;
   w.bufs[1] = (char *)recvbuff;
   w.dt = (int)datatype;
-  w.op = exec_ops[op];
+  w.op = exec_op_of(op);
   w.avg = op == ncclAvg;
   return w;
 }

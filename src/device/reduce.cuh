@@ -18,6 +18,13 @@
 
 enum exec_op { OP_COPY, OP_SUM, OP_PROD, OP_MAX, OP_MIN };
 
+/* The element operation of a built-in ncclRedOp_t (checked by the caller):
+ * avg sums, then divides. */
+static inline int exec_op_of(ncclRedOp_t op) {
+  static const int ops[] = {OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_SUM};
+  return ops[op];
+}
+
 template <typename T>
 struct elem {
   /* Integers: sum and product wrap (unsigned arithmetic), as NCCL's do. */

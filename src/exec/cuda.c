@@ -823,35 +823,6 @@ int weft_cuda_engine_max_channels(const struct ncclComm *comm) {
   return 1;
 }
 
-/* Most lanes a send/recv peer gets; past this a peer's bytes are spread
- * over SMs enough to keep its links busy. */
-#define P2P_MAX_PARTS 8
-
-/* Lanes (CTAs, on channels 0..parts-1) each peer of a grouped send/recv
- * gets, the same on every rank: the fewest CTAs any rank may launch
- * (max_lanes, all-gathered) shared by every peer, so even a group with
- * every rank fits; 1 where any rank has net links (the proxy's links are
- * fewer). */
-static ncclResult_t p2p_parts_agree(struct ncclComm *comm, int max_lanes, int nnet, int nch,
-                                    int *out) {
-  int *all = calloc((size_t)comm->nranks, sizeof(*all));
-  if (all == NULL) {
-    WARN("rank %d: out of memory agreeing on send/recv lanes", comm->rank);
-    return ncclSystemError;
-  }
-  all[comm->rank] = nnet > 0 ? 0 : max_lanes;
-  ncclResult_t res = weft_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
-  int lo = max_lanes;
-  for (int p = 0; res == ncclSuccess && p < comm->nranks; p++)
-    if (all[p] < lo) lo = all[p];
-  free(all);
-  int parts = lo / comm->nranks;
-  if (parts > P2P_MAX_PARTS) parts = P2P_MAX_PARTS;
-  if (parts > nch) parts = nch;
-  *out = parts < 1 ? 1 : parts;
-  return res;
-}
-
 ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   WARN("rank %d: the CUDA engine is not in this build", comm->rank);
   return ncclInvalidUsage;
