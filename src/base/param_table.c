@@ -79,6 +79,26 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("WEFT_NET_GPU_NCHANNELS", 4, 1, 16, "4",
                 "most channels of a CUDA-engine communicator with net links (each channel "
                 "is a network connection per peer and direction, trees use two)"),
+    [WEFT_PARAM_IB_DISABLE] =
+        BOOL_ROW("NCCL_IB_DISABLE", 0, "1: the RDMA network (net/ib) uses no device"),
+    [WEFT_PARAM_IB_GID_INDEX] =
+        INT_ROW("NCCL_IB_GID_INDEX", -1, -1, 255,
+                "-1 (InfiniBand: 0; RoCE: a RoCE v2 IPv4 GID, else v2 IPv6, else v1)",
+                "GID table index net/ib's queue pairs use; an index the port lacks makes the "
+                "port unusable (WARN)"),
+    [WEFT_PARAM_IB_TIMEOUT] =
+        INT_ROW("NCCL_IB_TIMEOUT", 20, 1, 31, "20",
+                "net/ib queue pairs' ack timeout: 4.096 us x 2^value (0, wait forever, is "
+                "refused)"),
+    [WEFT_PARAM_IB_RETRY_CNT] = INT_ROW("NCCL_IB_RETRY_CNT", 7, 0, 7, "7",
+                                        "net/ib queue pairs' retransmissions before an error"),
+    [WEFT_PARAM_IB_SL] =
+        INT_ROW("NCCL_IB_SL", 0, 0, 15, "0", "InfiniBand service level of net/ib's queue pairs"),
+    [WEFT_PARAM_IB_TC] = INT_ROW("NCCL_IB_TC", 0, 0, 255, "0",
+                                 "traffic class of net/ib's queue pairs (RoCE: the GRH's)"),
+    [WEFT_PARAM_IB_QPS_PER_CONNECTION] =
+        INT_ROW("NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128, "1",
+                "queue pairs per net/ib connection; messages are split across them"),
     [WEFT_PARAM_COMM_ID] =
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
@@ -178,4 +198,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                           .def_doc = "(the tuning model picks)",
                           .help = "protocols, same syntax as NCCL_ALGO; LL128 is NCCL's alone "
                                   "and host ranks always run Simple"},
+    [WEFT_PARAM_IB_HCA] =
+        STR_ROW("NCCL_IB_HCA", "(every active port)",
+                "RDMA ports net/ib may use, as NCCL reads it: a comma list of name[:port] "
+                "prefixes (mlx5_0:1,mlx5_1), ^ first excludes them, = first makes names exact "
+                "(=mlx5_1, ^=mlx5_0:2); a value that cannot be read is a WARN and no port is "
+                "used"),
 };
