@@ -162,7 +162,10 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
     WEFT_CHECK(p->net->close_listen(p->listen));
     p->listen = NULL;
   }
-  if (conn->dir == WEFT_CONN_SEND)
+  if (conn->dir == WEFT_CONN_SEND && p->net != &weft_net_socket)
+    INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: over the %s network", conn->rank,
+         conn->peer, conn->channel, p->net->name);
+  else if (conn->dir == WEFT_CONN_SEND)
     INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
          conn->channel,
          single ? "every message on one socket (no cores to spare for helper threads)"
