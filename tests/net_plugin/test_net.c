@@ -4,8 +4,9 @@
  * messages over plain TCP on loopback with its own code: one socket per
  * comm pair, every message an 8-byte size then the bytes, posted requests
  * moved in order by whichever isend/irecv/test call comes next, never
- * blocking. A closed send comm logs its byte count through the logger it
- * was given, so tests can see the data went through it.
+ * blocking. Like a verbs network, it moves registered memory only: a send
+ * or receive outside its mhandle's region is refused. A closed send comm logs its byte count
+ * through the logger it was given, so tests can see the data went through it.
  *
  * TESTNET_FAIL_INIT=1 in the environment makes init fail. */
 #include <errno.h>
@@ -48,8 +49,15 @@ struct tn_comm {
   unsigned long long bytes, messages;
 };
 
+/* A registration: isend and irecv refuse memory outside their mhandle's
+ * region, as a verbs network would (it could not reach it). */
+struct tn_mr {
+  uint32_t magic;
+  char *base;
+  size_t size;
+};
+
 static ncclDebugLogger_t tn_log;
-static int tn_mr_token;
 
 static ncclResult_t tn_init(ncclDebugLogger_t log) {
   const char *fail = getenv("TESTNET_FAIL_INIT");
@@ -124,15 +132,38 @@ static ncclResult_t tn_accept(void *listen_comm, void **recv_comm,
 }
 
 static ncclResult_t tn_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
-  (void)comm, (void)data, (void)size;
+  (void)comm;
   if (type != NET_PLUGIN_PTR_HOST) return ncclInternalError;
-  *mhandle = &tn_mr_token;
+  struct tn_mr *mr = malloc(sizeof(*mr));
+  if (mr == NULL) return ncclSystemError;
+  mr->magic = TN_MAGIC;
+  mr->base = data;
+  mr->size = size;
+  *mhandle = mr;
   return ncclSuccess;
 }
 
 static ncclResult_t tn_dereg_mr(void *comm, void *mhandle) {
+  struct tn_mr *mr = mhandle;
   (void)comm;
-  return mhandle == &tn_mr_token ? ncclSuccess : ncclInternalError;
+  if (mr == NULL || mr->magic != TN_MAGIC) return ncclInternalError;
+  mr->magic = 0;
+  free(mr);
+  return ncclSuccess;
+}
+
+/* Whether [data, data + size) lies inside mhandle's registration. */
+static ncclResult_t tn_check_mr(const void *mhandle, const void *data, size_t size) {
+  const struct tn_mr *mr = mhandle;
+  const char *p = data;
+  if (mr != NULL && mr->magic == TN_MAGIC &&
+      (size == 0 || (p >= mr->base && p + size <= mr->base + mr->size)))
+    return ncclSuccess;
+  if (tn_log != NULL)
+    tn_log(NCCL_LOG_WARN, ~0ul, __FILE__, __LINE__,
+           "TestNet v%d: %zu bytes at %p are not inside the registration %p", TESTNET_VERSION, size,
+           data, mhandle);
+  return ncclInternalError;
 }
 
 /* Moves bytes [*done, want) of buf; 1 when all moved, 0 when the socket
@@ -191,12 +222,17 @@ static ncclResult_t tn_post(struct tn_comm *c, void *data, size_t size, void **r
 
 static ncclResult_t tn_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                              void **request) {
-  (void)tag, (void)mhandle;
+  (void)tag;
+  ncclResult_t res = tn_check_mr(mhandle, data, size);
+  if (res != ncclSuccess) return res;
   return tn_post(send_comm, data, size, request);
 }
 
-static ncclResult_t tn_irecv(void *recv_comm, int n, void **data, size_t size, void **request) {
+static ncclResult_t tn_irecv(void *recv_comm, int n, void **data, size_t size, void **mhandles,
+                             void **request) {
   if (n != 1) return ncclInternalError;
+  ncclResult_t res = tn_check_mr(mhandles[0], data[0], size);
+  if (res != ncclSuccess) return res;
   return tn_post(recv_comm, data[0], size, request);
 }
 
@@ -299,9 +335,9 @@ static ncclResult_t v_isend(void *s, void *data, int size, int tag, void *mh, vo
 }
 static ncclResult_t v_irecv(void *r, int n, void **data, int *sizes, int *tags, void **mh,
                             void **req) {
-  (void)tags, (void)mh;
+  (void)tags;
   if (sizes[0] < 0) return ncclInternalError;
-  return tn_irecv(r, n, data, (size_t)sizes[0], req);
+  return tn_irecv(r, n, data, (size_t)sizes[0], mh, req);
 }
 #elif TESTNET_VERSION == 9
 static ncclResult_t v_init(ncclDebugLogger_t log) {
@@ -320,8 +356,8 @@ static ncclResult_t v_isend(void *s, void *data, size_t size, int tag, void *mh,
 }
 static ncclResult_t v_irecv(void *r, int n, void **data, size_t *sizes, int *tags, void **mh,
                             void **req) {
-  (void)tags, (void)mh;
-  return tn_irecv(r, n, data, sizes[0], req);
+  (void)tags;
+  return tn_irecv(r, n, data, sizes[0], mh, req);
 }
 #elif TESTNET_VERSION == 10
 static ncclResult_t v_init(ncclDebugLogger_t log, ncclProfilerCallback_t prof) {
@@ -346,8 +382,8 @@ static ncclResult_t v_isend(void *s, void *data, size_t size, int tag, void *mh,
 }
 static ncclResult_t v_irecv(void *r, int n, void **data, size_t *sizes, int *tags, void **mh,
                             void **ph, void **req) {
-  (void)tags, (void)mh, (void)ph;
-  return tn_irecv(r, n, data, sizes[0], req);
+  (void)tags, (void)ph;
+  return tn_irecv(r, n, data, sizes[0], mh, req);
 }
 #elif TESTNET_VERSION == 11
 /* The context init hands out, checked by listen and connect. */
@@ -376,8 +412,8 @@ static ncclResult_t v_isend(void *s, void *data, size_t size, int tag, void *mh,
 }
 static ncclResult_t v_irecv(void *r, int n, void **data, size_t *sizes, int *tags, void **mh,
                             void **ph, void **req) {
-  (void)tags, (void)mh, (void)ph;
-  return tn_irecv(r, n, data, sizes[0], req);
+  (void)tags, (void)ph;
+  return tn_irecv(r, n, data, sizes[0], mh, req);
 }
 static ncclResult_t v_finalize(void *ctx) {
   return ctx == &tn_ctx ? ncclSuccess : ncclInternalError;
