@@ -150,6 +150,25 @@ START_TEST(test_name_lookup) {
 }
 END_TEST
 
+/* A comma list: each entry in turn, the first that loads is used; the
+ * ones before it are refused with their WARN. */
+START_TEST(test_list) {
+  char list[2200];
+  snprintf(list, sizeof(list), "%s/libnccl-net-broken-v7.so,testnet-v9,testnet-v11", plugin_dir);
+  setenv("NCCL_NET_PLUGIN", list, 1);
+  log_to_file();
+  const struct weft_net_ops *net = NULL;
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  ck_assert_str_eq(net->name, "TestNet");
+  ck_assert_int_eq(weft_net_plugin_version(), 9);
+  char *logs = log_take();
+  LOGS_ASSERT(logs, strstr(logs, "libnccl-net-broken-v7.so refused") != NULL,
+              "no WARN for the first entry");
+  LOGS_ASSERT(logs, strstr(logs, "testnet-v11") == NULL,
+              "the entry after the loaded one was tried");
+}
+END_TEST
+
 /* Refused plugins: the file and what it lacked in one WARN; Socket used. */
 static const struct {
   const char *file; /* under plugin_dir; NULL: TestNet v8 with a failing init */
@@ -307,6 +326,7 @@ int main(int argc, char **argv) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_version_loads, 0, 4);
   tcase_add_test(tc, test_name_lookup);
+  tcase_add_test(tc, test_list);
   tcase_add_loop_test(tc, test_refused, 0, (int)(sizeof(refused) / sizeof(refused[0])));
   tcase_add_loop_test(tc, test_none, 0, 2);
   tcase_add_test(tc, test_unset_quiet);

@@ -127,8 +127,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         STR_ROW("NCCL_NET_PLUGIN", "(libnccl-net.so when there is one)",
                 "the external net plugin (an NCCL plugin, ABI v8..v11) to load, as NCCL reads "
                 "it: none disables; a name foo is tried as given, then as libnccl-net-foo.so; "
-                "a path is used as given; one that cannot be loaded gets a WARN and the "
-                "built-in Socket network"),
+                "a path is used as given; a comma list is tried in order, the first that loads "
+                "is used; one that cannot be loaded gets a WARN (then the built-in Socket "
+                "network)"),
     [WEFT_PARAM_NET] =
         STR_ROW("NCCL_NET", "(the loaded plugin, else Socket)",
                 "the network to use, by name (any case): Socket or the loaded plugin's name; "

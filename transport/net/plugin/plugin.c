@@ -5,7 +5,8 @@
  * file exports among the versions weft adapts (adapt.c). A file that
  * cannot be opened, exports none of them, lacks a member, or whose init
  * fails is refused with one WARN naming the file and what it lacked, and
- * the built-in networks are used. */
+ * the built-in networks are used. A comma list, as NCCL 2.26 reads it, is
+ * tried in order and the first entry that loads is used. */
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
@@ -106,13 +107,10 @@ static int plugin_start(const void *table, int version, const struct weft_net_op
   return 0;
 }
 
-void weft_net_plugin_load(const struct weft_net_ops **out) {
-  *out = NULL;
-  const char *spec = weft_param_str(WEFT_PARAM_NET_PLUGIN);
-  if (spec != NULL && strcasecmp(spec, "none") == 0) {
-    INFO(WEFT_NET | WEFT_INIT, "net plugin: NCCL_NET_PLUGIN=none: no external net plugin");
-    return;
-  }
+/* Loads one plugin: spec as NCCL_NET_PLUGIN names it, or NULL for the
+ * default. 0 with *out set, or -1 (said at WARN, or INFO for an absent
+ * default). */
+static int plugin_try(const char *spec, const struct weft_net_ops **out) {
   char file[512], why[1024];
   void *h = plugin_open(spec ? spec : PLUGIN_DEFAULT, file, sizeof(file), why, sizeof(why));
   if (h == NULL) {
@@ -121,7 +119,7 @@ void weft_net_plugin_load(const struct weft_net_ops **out) {
     else
       WARN("net plugin: NCCL_NET_PLUGIN=%s: cannot load it (%s); using the built-in networks", spec,
            why);
-    return;
+    return -1;
   }
   int version = 0;
   const void *table = plugin_table(h, &version, why, sizeof(why));
@@ -129,10 +127,30 @@ void weft_net_plugin_load(const struct weft_net_ops **out) {
     WARN("net plugin %s refused: %s; using the built-in networks", file, why);
     *out = NULL;
     dlclose(h);
-    return;
+    return -1;
   }
   loaded_version = version;
   snprintf(loaded_file, sizeof(loaded_file), "%s", file);
   INFO(WEFT_NET | WEFT_INIT, "net plugin: loaded %s from %s (ncclNetPlugin_v%d)", (*out)->name,
        file, version);
+  return 0;
+}
+
+void weft_net_plugin_load(const struct weft_net_ops **out) {
+  *out = NULL;
+  const char *spec = weft_param_str(WEFT_PARAM_NET_PLUGIN);
+  if (spec == NULL) {
+    (void)plugin_try(NULL, out);
+    return;
+  }
+  if (strcasecmp(spec, "none") == 0) {
+    INFO(WEFT_NET | WEFT_INIT, "net plugin: NCCL_NET_PLUGIN=none: no external net plugin");
+    return;
+  }
+  /* A comma list (NCCL 2.26 on): the first entry that loads is used. */
+  char list[1024];
+  snprintf(list, sizeof(list), "%s", spec);
+  char *save = NULL;
+  for (char *name = strtok_r(list, ",", &save); name != NULL; name = strtok_r(NULL, ",", &save))
+    if (plugin_try(name, out) == 0) return;
 }
