@@ -121,8 +121,7 @@ static ncclResult_t net_conn_setup_wait(struct weft_conn *conn, int64_t deadline
  * network's own counts: NCCL_SOCKET_NTHREADS or NCCL_NSOCKS_PERTHREAD,
  * when set, win. */
 static int net_conn_link_threads(const struct weft_conn *conn) {
-  if (weft_param_is_set(WEFT_PARAM_SOCKET_NTHREADS) ||
-      weft_param_is_set(WEFT_PARAM_NSOCKS_PERTHREAD))
+  if (weft_param_is_set(WEFT_PARAM_SOCKET_NTHREADS) || weft_param_is_set(WEFT_PARAM_NSOCKS_PERTHREAD))
     return 0;
   return conn->link_threads;
 }
