@@ -143,6 +143,17 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "a string naming this rank's host: ranks with different values are different "
                 "hosts (no shared memory, no GPU peer access between them: sockets), as in "
                 "containers"),
+    [WEFT_PARAM_NET_PLUGIN] =
+        STR_ROW("NCCL_NET_PLUGIN", "(libnccl-net.so when there is one)",
+                "the external net plugin (an NCCL plugin, ABI v8..v11) to load, as NCCL reads "
+                "it: none disables; a name foo is tried as given, then as libnccl-net-foo.so; "
+                "a path is used as given; a comma list is tried in order, the first that loads "
+                "is used; one that cannot be loaded gets a WARN (then the built-in Socket "
+                "network)"),
+    [WEFT_PARAM_NET] =
+        STR_ROW("NCCL_NET", "(the loaded plugin, else Socket)",
+                "the network to use, by name (any case): Socket or the loaded plugin's name; "
+                "a name that matches none fails the first connection between hosts"),
     [WEFT_PARAM_P2P_LEVEL] = {.env = "NCCL_P2P_LEVEL",
                               .kind = WEFT_PARAM_KIND_NAME,
                               .min = 0,

@@ -88,9 +88,11 @@ struct weft_net_ops {
 /* The built-in networks. */
 extern const struct weft_net_ops weft_net_socket;
 
-/* The network this process uses (today: sockets; NCCL_NET picks by name
- * among the built-in and loaded ones once there are several), initialised
- * on first use. ncclSystemError with a WARN when it cannot start. */
+/* The network this process uses, initialised on first use: NCCL_NET picks
+ * by name (any case) between Socket and the external plugin
+ * NCCL_NET_PLUGIN loaded (plugin/plugin.h); without NCCL_NET a loaded
+ * plugin wins. ncclSystemError with a WARN when it cannot start,
+ * ncclInvalidArgument when NCCL_NET names no network. */
 ncclResult_t weft_net_get(const struct weft_net_ops **out);
 
 #endif

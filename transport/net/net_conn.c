@@ -1,5 +1,5 @@
 /* The host engine's network transport: a connection is one send/recv comm
- * pair of the network (net.h; today the socket network), so host ranks on
+ * pair of the network (net.h: sockets, or an external plugin), so host ranks on
  * different hosts get its several sockets and helper threads. The
  * receiver listens and hands the sender the network's handle (magic,
  * random nonce, address: the network drops every stranger); the sender
@@ -60,6 +60,9 @@ struct net_conn {
   int rdirect;
   char *bounce;
   size_t bounce_len, bounce_off;
+  /* send: SEND_INFLIGHT x MSG_MAX bytes registered with the network, for
+   * networks that only move registered memory (external plugins) */
+  char *stage;
   char what[32];
 };
 
@@ -139,6 +142,26 @@ static int net_conn_threads_pay(const struct weft_conn *conn) {
   return cpus >= local * (1 + nthreads);
 }
 
+/* The socket network moves any host memory (its reg_mr records nothing).
+ * Another network (an external plugin: verbs, EFA) may move registered
+ * memory only, and the engine's buffers change every call, so messages go
+ * through buffers registered once here: the sender copies each message
+ * into one of SEND_INFLIGHT stage buffers, the receiver receives every
+ * message into the bounce buffer. */
+static ncclResult_t net_conn_register(struct weft_conn *conn, struct net_conn *p) {
+  if (p->net == &weft_net_socket)
+    return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
+  size_t bytes = conn->dir == WEFT_CONN_SEND ? (size_t)SEND_INFLIGHT * MSG_MAX : MSG_MAX;
+  char *buf = malloc(bytes);
+  if (buf == NULL) {
+    WARN("rank %d: out of memory for the %s network's buffers to rank %d", conn->rank, p->net->name,
+         conn->peer);
+    return ncclSystemError;
+  }
+  *(conn->dir == WEFT_CONN_SEND ? &p->stage : &p->bounce) = buf;
+  return p->net->reg_mr(p->comm, buf, bytes, WEFT_NET_PTR_HOST, &p->mh);
+}
+
 static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_handle,
                                      int64_t deadline_ms) {
   struct net_conn *p;
@@ -162,12 +185,15 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
     WEFT_CHECK(p->net->close_listen(p->listen));
     p->listen = NULL;
   }
-  if (conn->dir == WEFT_CONN_SEND)
+  if (conn->dir == WEFT_CONN_SEND && p->net != &weft_net_socket)
+    INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: over the %s network", conn->rank,
+         conn->peer, conn->channel, p->net->name);
+  else if (conn->dir == WEFT_CONN_SEND)
     INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
          conn->channel,
          single ? "every message on one socket (no cores to spare for helper threads)"
                 : "large messages through the socket network's helper threads");
-  return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
+  return net_conn_register(conn, p);
 }
 
 /* A link closed mid-call: the peer's process exited (a peer that aborts
@@ -198,9 +224,12 @@ static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size
   while (p->scount < SEND_INFLIGHT && off < bytes) {
     size_t len = bytes - off < MSG_MAX ? bytes - off : MSG_MAX;
     void *req = NULL;
-    WEFT_CHECK(p->net->isend(p->comm, (char *)buf + off, len, 0, p->mh, &req));
+    int slot = (p->shead + p->scount) % SEND_INFLIGHT;
+    char *data = (char *)buf + off;
+    if (p->stage != NULL) data = memcpy(p->stage + (size_t)slot * MSG_MAX, data, len);
+    WEFT_CHECK(p->net->isend(p->comm, data, len, 0, p->mh, &req));
     if (req == NULL) break;
-    int slot = (p->shead + p->scount++) % SEND_INFLIGHT;
+    p->scount++;
     p->sreq[slot] = req;
     p->slen[slot] = len;
     p->sbuf = buf;
@@ -245,7 +274,9 @@ static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t byt
  * into the buffer once the newest one's size is known. Every receive
  * posted lands inside this call's buffer: messages are at most MSG_MAX. */
 static ncclResult_t net_conn_recv_more(struct net_conn *p, char *buf, size_t bytes, size_t done) {
-  if (p->rcount == 0) return net_conn_recv_post(p, buf, bytes, done, bytes - done >= MSG_MAX);
+  if (p->rcount == 0)
+    return net_conn_recv_post(p, buf, bytes, done,
+                              bytes - done >= MSG_MAX && p->net == &weft_net_socket);
   if (!p->rdirect || p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
   int newest = (p->rhead + p->rcount - 1) % RECV_INFLIGHT;
   size_t size;
@@ -302,6 +333,7 @@ static ncclResult_t net_conn_close(struct weft_conn *conn) {
   }
   if (p->listen != NULL) (void)p->net->close_listen(p->listen);
   free(p->bounce);
+  free(p->stage);
   free(p);
   conn->priv = NULL;
   return ncclSuccess;
