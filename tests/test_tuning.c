@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/comm_topo.h"
 #include "sched/tuning.h"
 
 static struct weft_peer_info peers[8];
@@ -228,22 +229,22 @@ START_TEST(host_channels_sockets) {
   struct weft_peer_info p[4];
   memset(p, 0, sizeof(p));
   for (int r = 0; r < 4; r++) p[r].cpus = 16, p[r].host_hash = (uint64_t)(r / 2);
-  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 8); /* two hosts, 8 cores a rank */
-  ck_assert_int_eq(weft_tune_host_channels(p, 2, 0), 2); /* one host, shm */
-  ck_assert_int_eq(weft_tune_host_channels(p, 2, 1), 8); /* one host, sockets */
-  ck_assert_int_eq(weft_tune_host_channels(p, 1, 1), 2); /* one rank */
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 8); /* two hosts, 8 cores a rank */
+  ck_assert_int_eq(weft_comm_host_channels(p, 2, 0), 0); /* one host, shm: the default */
+  ck_assert_int_eq(weft_comm_host_channels(p, 2, 1), 8); /* one host, sockets */
+  ck_assert_int_eq(weft_comm_host_channels(p, 1, 1), 0); /* one rank */
   p[3].cpus = 15;                                        /* 7 cores a rank there */
-  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 4);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 4);
   p[3].cpus = 7; /* 3 */
-  ck_assert_int_eq(weft_tune_host_channels(p, 4, 0), 2);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 0);
   p[3].cpus = 16;
   p[2].host_hash = p[3].host_hash = 0; /* 4 ranks on one host of 16 cores */
-  ck_assert_int_eq(weft_tune_host_channels(p, 4, 1), 4);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 4);
   p[0].cpus = 15;
-  ck_assert_int_eq(weft_tune_host_channels(p, 4, 1), 2);
-  ck_assert_int_eq(weft_tune_host_link_threads(8), 1);
-  ck_assert_int_eq(weft_tune_host_link_threads(4), 0);
-  ck_assert_int_eq(weft_tune_host_link_threads(2), 0);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 0);
+  ck_assert_int_eq(weft_comm_host_link_threads(8), 1);
+  ck_assert_int_eq(weft_comm_host_link_threads(4), 0);
+  ck_assert_int_eq(weft_comm_host_link_threads(0), 0);
 
   setenv("NCCL_ALGO", "Ring", 1);
   struct ncclComm c = fake_comm(4, 1);

@@ -87,9 +87,10 @@ struct ncclComm {
    * several GPUs of one process (only when NCCL_ALGO names Direct). The
    * same on every rank. */
   int cuda_direct;
-  /* Most channels the host engine's collectives use by default
-   * (sched/tuning.c): more where sockets carry the links and every host
-   * has cores for the helper threads. The same on every rank. */
+  /* Most channels the host engine's collectives use by default: 8 or 4
+   * where sockets carry the links and every host has cores for the helper
+   * threads, 0 for the tuning's own default (core/comm_topo.c). The same
+   * on every rank. */
   int host_channels;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;

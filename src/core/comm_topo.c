@@ -16,7 +16,6 @@
 #include "base/check.h"
 #include "core/device.h"
 #include "base/param.h"
-#include "sched/tuning.h"
 #include "topo/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -129,6 +128,33 @@ static ncclResult_t decide_transports(struct ncclComm *comm, const struct weft_t
   return ncclSuccess;
 }
 
+/* The host engine's default most channels (comm->host_channels), where
+ * sockets carry some link (ranks on two hosts, or NCCL_SHM_DISABLE=1): 8
+ * when every rank's host has 8 cores per local rank, 4 with 4; 0 (the
+ * tuning's own default, 2) otherwise and wherever no socket is used.
+ * Measured with 2 ranks on 16 cores (docs/PERFORMANCE.md): a 64 MiB
+ * broadcast in place moved 17-23 GB/s with 8 channels of one helper thread
+ * a link, 15-21 with 4 of two, 11 with 2 of two; AllReduce from 16 MiB
+ * 7.2-9.7 GB/s busbw, 6.6-8.9, 5.7-6.6. On 2 cores, without helper
+ * threads, 4 channels cost a fifth of AllReduce's busbw. Every input is
+ * all-gathered, so every rank agrees. */
+int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable) {
+  int sockets = nranks > 1 && shm_disable;
+  int cores = 1 << 30; /* the fewest cores per local rank of any host */
+  for (int r = 0; r < nranks; r++) {
+    int local = 0;
+    for (int q = 0; q < nranks; q++) local += peers[q].host_hash == peers[r].host_hash;
+    if (local < nranks) sockets = 1;
+    if (peers[r].cpus / local < cores) cores = peers[r].cpus / local;
+  }
+  if (!sockets || cores < 4) return 0;
+  return cores >= 8 ? 8 : 4;
+}
+
+int weft_comm_host_link_threads(int host_channels) {
+  return host_channels >= 8 ? 1 : 0;
+}
+
 /* NULL when the topology may order the ring, else why not. The answer
  * depends only on the all-gathered peer info, so every rank agrees. */
 static const char *ring_topo_blocker(const struct ncclComm *comm, const int *gpus) {
@@ -235,7 +261,7 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
     gpus[r] = peer_gpu(comm, t, r);
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
-  comm->host_channels = weft_tune_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
+  comm->host_channels = weft_comm_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);
   /* A dump that cannot be written has been WARNed; like NCCL, init goes on. */
   (void)topo_dump(comm, t);

@@ -19,8 +19,8 @@
 #include "core/bootstrap.h"
 #include "base/check.h"
 #include "core/comm.h"
+#include "core/comm_topo.h"
 #include "base/param.h"
-#include "sched/tuning.h"
 #include "topo/topo.h"
 #include "transport/socket.h"
 
@@ -60,7 +60,7 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
                           .comm_hash = comm->comm_hash,
                           .abort_flag = &comm->abort_flag,
                           .local_ranks = local,
-                          .link_threads = weft_tune_host_link_threads(comm->host_channels)};
+                          .link_threads = weft_comm_host_link_threads(comm->host_channels)};
   *out = c;
   return ncclSuccess;
 }

@@ -203,35 +203,6 @@ int weft_tune_max_channels_or(int def) {
   return lo > def ? (int)lo : def;
 }
 
-/* Most channels of the host engine's collectives by default, where sockets
- * carry some link (ranks on two hosts, or NCCL_SHM_DISABLE=1): 8 when every
- * rank's host has 8 cores per local rank, 4 with 4, else
- * HOST_DEFAULT_CHANNELS; 2 wherever no socket is used. Measured with 2
- * ranks on 16 cores (docs/PERFORMANCE.md): a 64 MiB broadcast in place
- * moved 17-23 GB/s with 8 channels of one helper thread a link, 15-21 with
- * 4 of two, 11 with 2 of two; AllReduce from 16 MiB 7.2-9.7 GB/s busbw,
- * 6.6-8.9, 5.7-6.6. On 2 cores, without helper threads, 4 channels cost a
- * fifth of AllReduce's busbw. Every input is all-gathered, so every rank
- * agrees. */
-int weft_tune_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable) {
-  int sockets = nranks > 1 && shm_disable;
-  int cores = 1 << 30; /* the fewest cores per local rank of any host */
-  for (int r = 0; r < nranks; r++) {
-    int local = 0;
-    for (int q = 0; q < nranks; q++) local += peers[q].host_hash == peers[r].host_hash;
-    if (local < nranks) sockets = 1;
-    if (peers[r].cpus / local < cores) cores = peers[r].cpus / local;
-  }
-  if (!sockets || cores < 4) return HOST_DEFAULT_CHANNELS;
-  return cores >= 8 ? 8 : 4;
-}
-
-/* Helper threads of each socket link of the host engine: one where 8
- * channels supply the parallelism, else the socket network's counts (0). */
-int weft_tune_host_link_threads(int host_channels) {
-  return host_channels >= 8 ? 1 : 0;
-}
-
 /* Channels grow with the message, between NCCL_MIN_NCHANNELS and
  * weft_tune_max_channels. A ring lane is a channel; the tree runs 4 lanes
  * per channel (two trees, up and down, on channels 2k and 2k+1), so it

@@ -24,13 +24,6 @@ struct weft_tuning {
 int weft_tune_max_channels(int cuda_engine);
 /* The same with `def` as the default (NCCL_MIN_NCHANNELS above it wins). */
 int weft_tune_max_channels_or(int def);
-struct weft_peer_info;
-/* The host engine's default most channels for a communicator of these
- * ranks (comm->host_channels): the same answer on every rank. */
-int weft_tune_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable);
-/* Helper threads per socket link of the host engine for that default (one
- * data socket each), or 0: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD. */
-int weft_tune_host_link_threads(int host_channels);
 
 /* Picks for func moving `bytes` (the caller's buffer size: count * elem) on
  * comm; logs the choice at INFO/TUNING. kernels: the plan runs as CUDA
