@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "base/check.h"
+#include "base/cpus.h"
 #include "base/debug.h"
 #include "base/fail_note.h"
 #include "base/param.h"
@@ -43,11 +44,7 @@ ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
 }
 
 int64_t weft_spin_pure(int local_ranks) {
-  cpu_set_t set;
-  int ncpu = 0;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) ncpu = CPU_COUNT(&set);
-  if (ncpu <= 0) ncpu = 1;
-  return local_ranks <= ncpu ? SPIN_PURE_ALONE : SPIN_PURE;
+  return local_ranks <= weft_cpus_usable() ? SPIN_PURE_ALONE : SPIN_PURE;
 }
 
 void weft_progress_wait_init(struct weft_progress_wait *w, int64_t window_ms, int64_t pure) {

@@ -3,7 +3,6 @@
  * assumes they are sane. */
 #include "core/comm.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 
 #include "core/bootstrap.h"
 #include "base/check.h"
+#include "base/cpus.h"
 #include "core/comm_topo.h"
 #include "core/connect.h"
 #include "core/device.h"
@@ -104,8 +104,7 @@ static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
   me->rank = comm->rank;
   me->cuda_dev = comm->cuda_dev;
   me->pid = (int)getpid();
-  cpu_set_t set;
-  me->cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  me->cpus = weft_cpus_usable();
   me->host_hash = host_hash();
   me->comm_hash = comm->comm_hash;
   WEFT_CHECK(weft_comm_topo_describe(comm, me));

@@ -13,13 +13,13 @@
  * whose bytes later calls take first: the stream's boundaries need not
  * match the receiver's calls (an 8-byte header then a piece at a time). */
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/check.h"
+#include "base/cpus.h"
 #include "base/debug.h"
 #include "base/fail_note.h"
 #include "base/param.h"
@@ -134,8 +134,7 @@ static int net_conn_link_threads(const struct weft_conn *conn) {
 static int net_conn_threads_pay(const struct weft_conn *conn) {
   int64_t forced = weft_param_int(WEFT_PARAM_SOCKET_HOST_THREADS);
   if (forced >= 0) return (int)forced;
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+  int cpus = weft_cpus_usable();
   int nthreads = net_conn_link_threads(conn), nsocks;
   if (nthreads == 0) weft__ns_sock_counts(&nthreads, &nsocks);
   int local = conn->local_ranks > 0 ? conn->local_ranks : 1;
