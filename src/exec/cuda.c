@@ -580,46 +580,38 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   if (comm->nranks == 1 && premul == NULL && coll->sendbuff == coll->recvbuff) return ncclSuccess;
   weft_device_select(e->dev);
   if (comm->nranks == 1) return one_rank(comm, coll, premul, s);
+  /* Direct on the ranks' own buffers, or a plan over the links. */
+  const int own = algo == WEFT_ALGO_DIRECT && e->direct != NULL;
+  struct plan_entry *entry = NULL;
+  if (!own) WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   const void *in = coll->sendbuff;
   ncclRedOp_t op = coll->op;
   void *scaled = NULL;
-  if (algo == WEFT_ALGO_DIRECT && e->direct != NULL) {
-    if (premul != NULL) {
-      WEFT_CHECK(premul_input(comm, coll, premul, s, &scaled));
-      if (scaled != NULL) in = scaled;
-      op = ncclSum;
-    }
-    /* Stream-ordered free after this rank's kernel, which ends only once
-     * every peer is done reading the scaled copy. */
-    ncclResult_t res = weft_cuda_direct_launch(comm, e->direct, &e->conns, coll, in, op, s);
-    if (scaled != NULL) cudaFreeAsync(scaled, s);
-    if (res != ncclSuccess) {
-      WARN("rank %d: %s: launching the direct kernel failed", comm->rank,
-           weft_func_name(coll->func));
-      return res;
-    }
-    return launch_done(comm, weft_func_name(coll->func), s);
-  }
-  struct plan_entry *entry;
-  WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   if (premul != NULL) {
     WEFT_CHECK(premul_input(comm, coll, premul, s, &scaled));
     if (scaled != NULL) in = scaled;
     op = ncclSum;
   }
-  ncclResult_t res = weft_cuda_net_post(comm, entry->net_ops, s);
-  if (res == ncclSuccess)
-    res = weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op, s);
-  /* Direct: the plan exchanged the inputs; the arrivals are reduced in
-   * rank order by a second kernel in stream order. The host engine's
-   * Direct also sends a call record ahead of the data (host_check.c) to
-   * catch ranks that called different collectives; the device skips it, as
-   * every CUDA engine plan does: the kernels trust that all ranks made the
-   * same call, as NCCL's kernels do. */
-  if (res == ncclSuccess && algo == WEFT_ALGO_DIRECT)
-    res = weft_dev_direct_reduce(&entry->plan, comm->rank, comm->nranks, in, coll->recvbuff,
-                                 coll->count, coll->datatype, op, s);
-  /* Stream-ordered: freed once the kernels above have read it. */
+  ncclResult_t res;
+  if (own) {
+    res = weft_cuda_direct_launch(comm, e->direct, &e->conns, coll, in, op, s);
+  } else {
+    res = weft_cuda_net_post(comm, entry->net_ops, s);
+    if (res == ncclSuccess)
+      res = weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op,
+                                 s);
+    /* Direct over the links: the plan exchanged the inputs; the arrivals
+     * are reduced in rank order by a second kernel in stream order. The
+     * host engine's Direct also sends a call record ahead of the data
+     * (host_check.c) to catch ranks that called different collectives;
+     * the device skips it, as every CUDA engine plan does: the kernels
+     * trust that all ranks made the same call, as NCCL's kernels do. */
+    if (res == ncclSuccess && algo == WEFT_ALGO_DIRECT)
+      res = weft_dev_direct_reduce(&entry->plan, comm->rank, comm->nranks, in, coll->recvbuff,
+                                   coll->count, coll->datatype, op, s);
+  }
+  /* Stream-ordered: freed once the kernels above have read it (a direct
+   * kernel ends only once every peer is done reading it). */
   if (scaled != NULL) cudaFreeAsync(scaled, s);
   if (res != ncclSuccess) {
     WARN("rank %d: %s: launching on the CUDA engine failed", comm->rank,
