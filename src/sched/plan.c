@@ -121,3 +121,13 @@ struct weft_step weft_step_local(uint16_t dst_buf, size_t dst_off, uint16_t src_
                             .local_off = src_off,
                             .recv_bytes = bytes};
 }
+
+void weft_step_add_local(struct weft_step *st, uint16_t dst_buf, size_t dst_off, uint16_t src_buf,
+                         size_t src_off, size_t bytes) {
+  st->flags |= WEFT_STEP_LOCAL;
+  st->dst_buf = dst_buf;
+  st->dst_off = dst_off;
+  st->local_buf = src_buf;
+  st->local_off = src_off;
+  st->recv_bytes = bytes;
+}

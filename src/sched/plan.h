@@ -37,5 +37,9 @@ struct weft_step weft_step_recv(int peer, uint16_t flags, uint16_t dst_buf, size
                                 uint16_t local_buf, size_t local_off, size_t bytes);
 struct weft_step weft_step_local(uint16_t dst_buf, size_t dst_off, uint16_t src_buf, size_t src_off,
                                  size_t bytes, uint16_t extra_flags);
+/* Adds a LOCAL copy to a send step (sched/schedule.h: they must touch
+ * different bytes, or the copy is in place). */
+void weft_step_add_local(struct weft_step *st, uint16_t dst_buf, size_t dst_off, uint16_t src_buf,
+                         size_t src_off, size_t bytes);
 
 #endif

@@ -175,13 +175,7 @@ static ncclResult_t ring_broadcast(const struct ring_lane *l) {
        * step (n > 1 here), so the copy overlaps the chain (in place it is
        * nothing). */
       struct weft_step s = weft_step_send(l->next, WEFT_BUF_IN, co * es, cl * es);
-      struct weft_step copy = weft_step_local(WEFT_BUF_OUT, co * es, WEFT_BUF_IN, co * es, cl * es, 0);
-      s.flags |= copy.flags;
-      s.dst_buf = copy.dst_buf;
-      s.dst_off = copy.dst_off;
-      s.local_buf = copy.local_buf;
-      s.local_off = copy.local_off;
-      s.recv_bytes = copy.recv_bytes;
+      weft_step_add_local(&s, WEFT_BUF_OUT, co * es, WEFT_BUF_IN, co * es, cl * es);
       WEFT_CHECK(weft_lane_emit(&w, &s));
       continue;
     }
