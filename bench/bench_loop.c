@@ -9,6 +9,7 @@
  * one group, so their kernels must be able to run at the same time. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bench_weft.h"
 
@@ -129,6 +130,32 @@ static int time_plain(struct bench_thread *t, const struct bench_case *c, int in
   return 0;
 }
 
+int bench_local_wait(struct bench_thread *t) {
+  struct bench_local_sync *s = t->local;
+  struct timespec until;
+  int rc = 0;
+
+  if (s == NULL || s->nthreads < 2) return 0;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 60;
+  pthread_mutex_lock(&s->mu);
+  unsigned gen = s->gen;
+  if (++s->arrived == s->nthreads) {
+    s->arrived = 0;
+    s->gen++;
+    pthread_cond_broadcast(&s->cv);
+  }
+  while (s->gen == gen && rc == 0) rc = pthread_cond_timedwait(&s->cv, &s->mu, &until);
+  if (s->gen == gen) s->arrived--; /* gave up: not counted any more */
+  pthread_mutex_unlock(&s->mu);
+  if (s->gen != gen) return 0;
+  fprintf(stderr,
+          "weft-bench: rank %d: the process's other threads did not reach -G's launch "
+          "within 60 s (one failed?)\n",
+          t->ranks[0].rank);
+  return BENCH_EXIT_ERROR;
+}
+
 /* -G on GPU ranks, as nccl-tests: the -n iterations captured once into a
  * CUDA graph per rank, the graphs launched -G times; times are per launch. */
 static int time_graph(struct bench_thread *t, const struct bench_case *c, int in_place,
@@ -143,6 +170,10 @@ static int time_graph(struct bench_thread *t, const struct bench_case *c, int in
     rc = bench_nccl_iteration(t, c, in_place, a->agg_iters);
   for (int i = 0; i < captured; i++)
     if (t->mem->graph_end(t->ranks[i].stream, &t->ranks[i].graph) != 0) rc = BENCH_EXIT_ERROR;
+  /* Instantiating can wait for the device, where a peer thread's barrier
+   * kernel (below) would spin for this thread: every thread of the
+   * process instantiates before any launches. */
+  if (bench_local_wait(t) != 0) rc = BENCH_EXIT_ERROR;
   if (captured < t->nlocal || rc != 0 || barrier(t) != 0) rc = BENCH_EXIT_ERROR;
   start = bench_now();
   for (int l = 0; l < a->cudagraph && rc == 0; l++)

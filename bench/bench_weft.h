@@ -3,6 +3,8 @@
 #ifndef WEFT_BENCH_WEFT_H
 #define WEFT_BENCH_WEFT_H
 
+#include <pthread.h>
+
 #include "bench.h"
 
 /* 1 when Meson found CUDA: the GPU-rank table is built (bench_mem_cuda.c). */
@@ -93,8 +95,18 @@ struct bench_rank {
   ncclRedOp_t mulsum;  /* -o mulsum: this rank's PreMulSum for the sweep's type */
 };
 
+/* The threads of one process meet here (-G: every rank's graph is
+ * instantiated before any rank launches a kernel that waits for peers). */
+struct bench_local_sync {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int nthreads, arrived;
+  unsigned gen;
+};
+
 struct bench_thread {
   const struct bench_args *args;
+  struct bench_local_sync *local; /* shared by the process's threads */
   const struct bench_mem_ops *mem;
   ncclUniqueId id;
   int nranks;
@@ -110,6 +122,10 @@ struct bench_thread {
   const char *library;
   int rc; /* enum bench_exit */
 };
+
+/* Waits until every thread of the process has arrived (60 s at most: a
+ * thread that failed never comes; then an error, printed). */
+int bench_local_wait(struct bench_thread *t);
 
 /* Runs one thread's whole benchmark; sets and returns t->rc. */
 int bench_thread_run(struct bench_thread *t);

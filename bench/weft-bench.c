@@ -103,12 +103,16 @@ static int proc_run(const struct bench_args *a, const ncclUniqueId *id, int proc
                     int local_index) {
   const int nranks = nprocs * a->nthreads * a->ngpus;
   struct bench_thread *threads;
+  struct bench_local_sync local = {.nthreads = a->nthreads};
   char library[512];
   int rc = 0;
 
   if (bench_args_check_ranks(a, "weft-bench", nranks, proc == 0) != 0) return BENCH_EXIT_ERROR;
   threads = calloc((size_t)a->nthreads, sizeof(*threads));
   if (!threads) return BENCH_EXIT_ERROR;
+  pthread_mutex_init(&local.mu, NULL);
+  pthread_cond_init(&local.cv, NULL);
+  for (int k = 0; k < a->nthreads; k++) threads[k].local = &local;
   library_name(library, sizeof(library));
   for (int k = 0; k < a->nthreads && rc == 0; k++)
     if (thread_setup(&threads[k], a, id, proc, nprocs, local_index, k) != 0) rc = BENCH_EXIT_ERROR;
@@ -125,6 +129,8 @@ static int proc_run(const struct bench_args *a, const ncclUniqueId *id, int proc
   if (rc == 0) rc = threads_run(threads, a->nthreads);
   for (int k = 0; k < a->nthreads; k++) thread_free(&threads[k]);
   free(threads);
+  pthread_cond_destroy(&local.cv);
+  pthread_mutex_destroy(&local.mu);
   return rc;
 }
 
