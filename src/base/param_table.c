@@ -79,6 +79,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("WEFT_NET_GPU_NCHANNELS", 4, 1, 16, "4",
                 "most channels of a CUDA-engine communicator with net links (each channel "
                 "is a network connection per peer and direction, trees use two)"),
+    [WEFT_PARAM_DIRECT_LL_MAX] =
+        INT_ROW("WEFT_DIRECT_LL_MAX", 32768, 0, 1048576, "32768",
+                "largest per-rank payload (bytes) of a direct collective that runs in LL lines "
+                "with no barrier (ranks of one process); 0: never"),
     [WEFT_PARAM_IB_DISABLE] =
         BOOL_ROW("NCCL_IB_DISABLE", 0, "1: the RDMA network (net/ib) uses no device"),
     [WEFT_PARAM_IB_GID_INDEX] =

@@ -209,7 +209,9 @@ ncclResult_t weft_dev_direct_reduce(const struct weft_dev_plan *plan, int rank, 
  * rank's board, in rank order, for the kernels. */
 #define WEFT_DEV_DIRECT_MAX_RANKS 64
 struct weft_dev_board;
-ncclResult_t weft_dev_board_create(struct weft_dev_board **out); /* zeroed, on the current device */
+/* Zeroed, on the current device, with LL scratch for nranks senders;
+ * *ll_bytes: the most bytes a rank sends a peer in one LL call. */
+ncclResult_t weft_dev_board_create(int nranks, struct weft_dev_board **out, size_t *ll_bytes);
 void weft_dev_board_destroy(struct weft_dev_board *board);
 ncclResult_t weft_dev_board_table(struct weft_dev_board *const *boards, int n,
                                   struct weft_dev_board ***out);
@@ -236,6 +238,32 @@ ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
                                     struct weft_dev_board *const *table,
                                     const struct weft_dev_conns *conns, int sys, int nctas,
                                     cudaStream_t stream);
+
+/* The same for a small call in LL lines, no barrier (direct_ll.cu): bytes
+ * is a sender's payload (count * element; at most the board's ll_bytes). */
+ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *d,
+                                       struct weft_dev_board *const *table,
+                                       const struct weft_dev_conns *conns, size_t bytes, int nctas,
+                                       cudaStream_t stream);
+
+/* A rank's part of a grouped send/recv run directly (direct_p2p.cu says
+ * how): at most one send to and one receive from each peer, by rank. */
+struct weft_dev_direct_p2p {
+  uint64_t send_mask, recv_mask; /* bit p: a send to (a receive from) peer p */
+  const void *send_buf[WEFT_DEV_DIRECT_MAX_RANKS];
+  size_t send_bytes[WEFT_DEV_DIRECT_MAX_RANKS];
+  void *recv_buf[WEFT_DEV_DIRECT_MAX_RANKS];
+  size_t recv_bytes[WEFT_DEV_DIRECT_MAX_RANKS];
+};
+
+/* Launches it on stream with nctas CTAs. Every peer named must launch its
+ * matching part (in the same order relative to its other direct
+ * launches); sizes that differ set the error word on both ranks and copy
+ * nothing. */
+ncclResult_t weft_dev_direct_p2p_launch(const struct weft_dev_direct_p2p *ops,
+                                        struct weft_dev_board *const *table,
+                                        const struct weft_dev_conns *conns, int sys, int nctas,
+                                        cudaStream_t stream);
 
 /* ---- A group's collectives in one launch -------------------------------- */
 

@@ -30,24 +30,7 @@
 #include <stddef.h>
 
 #include "device/dev_check.cuh"
-#include "device/plan_kernel.cuh"
-
-#define DIRECT_THREADS 512
-/* Vectors of 16 bytes in flight per thread and input (1-byte types: half as
- * many, so their 16 lanes a vector fit the registers). */
-#define DIRECT_UNROLL_MAX 4
-
-/* Every field its own 128-byte line: ready and the buffers are written
- * once a call by the rank and read by every peer; done is read by every
- * peer's last CTA; epoch and arrive are the rank's own. */
-struct weft_dev_board {
-  alignas(128) uint64_t ready;
-  const char *in;
-  char *out;
-  alignas(128) uint64_t done;
-  alignas(128) uint64_t epoch;
-  unsigned arrive;
-};
+#include "device/direct.cuh"
 
 struct direct_args {
   exec_args x;                   /* x.conns: abort, error word, timeout (the waits' own) */
@@ -79,15 +62,7 @@ __device__ __forceinline__ size_t dtype_bytes(int dt) {
 __device__ int wait_boards(const direct_args &a, size_t field, uint64_t e, int dir) {
   for (int q = 0; q < a.nranks; q++) {
     const uint64_t *w = (const uint64_t *)((const char *)a.boards[q] + field);
-    uint64_t start = 0;
-    for (unsigned spins = 0;; spins++) {
-      uint64_t v = ld_acquire(w, a.sys);
-      if (v >= e) break;
-      if ((spins & 1023) == 0) {
-        const wait_site s = {dir, q, -1, WEFT_PROTO_SIMPLE, e};
-        if (!wait_check(a.x, &start, s, v)) return 0;
-      }
-    }
+    if (!direct_wait(a.x, w, a.sys, e, dir, q)) return 0;
   }
   return 1;
 }
@@ -104,72 +79,6 @@ __device__ __forceinline__ void direct_slice(size_t count, size_t es, int n, int
   *len = count - *lo < per ? count - *lo : per;
 }
 
-/* out[o][i] = in[0][i] op in[1][i] op ... (op in rank order), for every
- * output o and element i < len, then / div when div is set; the rank's
- * CTAs and threads share the elements. A copy is nin == 1 and OP_COPY. */
-template <typename T, int OP>
-__device__ void nway(const char *const *in, int nin, char *const *out, int nout, size_t len,
-                     int div) {
-  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t G = (size_t)gridDim.x * blockDim.x;
-  const int V = 16 / sizeof(T);
-  constexpr int DIRECT_UNROLL = sizeof(T) == 1 && OP != OP_COPY ? 2 : DIRECT_UNROLL_MAX;
-  uintptr_t mis = 0;
-  for (int q = 0; q < nin; q++) mis |= (uintptr_t)in[q];
-  for (int o = 0; o < nout; o++) mis |= (uintptr_t)out[o];
-  size_t done = 0;
-  if ((mis & 15) == 0) {
-    const size_t nv = len * sizeof(T) / 16;
-    for (size_t base = g; base < nv; base += G * DIRECT_UNROLL) {
-      uint4 acc[DIRECT_UNROLL];
-#pragma unroll
-      for (int u = 0; u < DIRECT_UNROLL; u++) {
-        size_t i = base + (size_t)u * G;
-        if (i < nv) acc[u] = ((const uint4 *)in[0])[i];
-      }
-      for (int q = 1; q < nin; q++) {
-        uint4 v[DIRECT_UNROLL];
-#pragma unroll
-        for (int u = 0; u < DIRECT_UNROLL; u++) {
-          size_t i = base + (size_t)u * G;
-          if (i < nv) v[u] = ((const uint4 *)in[q])[i];
-        }
-#pragma unroll
-        for (int u = 0; u < DIRECT_UNROLL; u++) {
-          T *x = (T *)&acc[u];
-          const T *y = (const T *)&v[u];
-#pragma unroll
-          for (int k = 0; k < V; k++) x[k] = elem<T>::apply(OP, x[k], y[k]);
-        }
-      }
-      if constexpr (OP == OP_SUM) { /* avg */
-        if (div) {
-#pragma unroll
-          for (int u = 0; u < DIRECT_UNROLL; u++) {
-            T *x = (T *)&acc[u];
-            for (int k = 0; k < V; k++) x[k] = elem<T>::div(x[k], div);
-          }
-        }
-      }
-      for (int o = 0; o < nout; o++) {
-#pragma unroll
-        for (int u = 0; u < DIRECT_UNROLL; u++) {
-          size_t i = base + (size_t)u * G;
-          if (i < nv) ((uint4 *)out[o])[i] = acc[u];
-        }
-      }
-    }
-    done = nv * V;
-  }
-  for (size_t i = done + g; i < len; i += G) {
-    T x = ((const T *)in[0])[i];
-    for (int q = 1; q < nin; q++) x = elem<T>::apply(OP, x, ((const T *)in[q])[i]);
-    if constexpr (OP == OP_SUM)
-      if (div) x = elem<T>::div(x, div);
-    for (int o = 0; o < nout; o++) ((T *)out[o])[i] = x;
-  }
-}
-
 /* One datatype's reductions, called (not inlined into the kernel). */
 template <typename T>
 __device__ __noinline__ void nway_op(int op, const char *const *in, int nin, char *const *out,
@@ -183,8 +92,8 @@ __device__ __noinline__ void nway_op(int op, const char *const *in, int nin, cha
   }
 }
 
-__device__ void nway_any(int dt, int op, const char *const *in, int nin, char *const *out,
-                         int nout, size_t bytes, int div) {
+__device__ void nway_any(int dt, int op, const char *const *in, int nin, char *const *out, int nout,
+                         size_t bytes, int div) {
   if (op == OP_COPY) {
     uintptr_t mis = (uintptr_t)in[0] | bytes;
     for (int o = 0; o < nout; o++) mis |= (uintptr_t)out[o];
@@ -246,9 +155,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
         ins[q] = qin + lo * es;
         outs[q] = qout + lo * es; /* Reduce: only the root's is used */
         break;
-      case WEFT_FUNC_REDUCESCATTER:
-        ins[q] = qin + ((size_t)r * a.count) * es;
-        break;
+      case WEFT_FUNC_REDUCESCATTER: ins[q] = qin + ((size_t)r * a.count) * es; break;
       case WEFT_FUNC_ALLGATHER: outs[q] = qout + ((size_t)r * a.count) * es; break;
       case WEFT_FUNC_BROADCAST:
         outs[q] = qout + lo * es;
@@ -318,15 +225,27 @@ static cudaError_t fill_device(void *dst, const void *src, size_t n) {
   return e;
 }
 
-extern "C" ncclResult_t weft_dev_board_create(struct weft_dev_board **out) {
-  weft_dev_board *b = NULL;
-  DEV_CUDA(cudaMalloc((void **)&b, sizeof(*b)), "allocating a direct board");
-  cudaError_t e = fill_device(b, NULL, sizeof(*b));
+/* Bytes of LL scratch per rank (two calls' lines from every sender),
+ * allocated with the board, right after it. */
+#define DIRECT_LL_SCRATCH (1u << 20)
+#define DIRECT_BOARD_BYTES ((sizeof(weft_dev_board) + 255) & ~(size_t)255)
+
+extern "C" ncclResult_t weft_dev_board_create(int nranks, struct weft_dev_board **out,
+                                              size_t *ll_bytes) {
+  char *mem = NULL;
+  weft_dev_board host = {};
+  DEV_CUDA(cudaMalloc((void **)&mem, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH),
+           "allocating a direct board");
+  host.ll = (uint4 *)(mem + DIRECT_BOARD_BYTES);
+  host.ll_lines = DIRECT_LL_SCRATCH / sizeof(uint4) / (2u * (unsigned)nranks);
+  cudaError_t e = fill_device(mem, NULL, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH);
+  if (e == cudaSuccess) e = fill_device(mem, &host, sizeof(host));
   if (e != cudaSuccess) {
-    cudaFree(b);
-    DEV_CUDA(e, "zeroing a direct board");
+    cudaFree(mem);
+    DEV_CUDA(e, "setting up a direct board");
   }
-  *out = b;
+  *out = (weft_dev_board *)mem;
+  *ll_bytes = host.ll_lines * 8; /* a line carries 8 bytes */
   return ncclSuccess;
 }
 
@@ -356,11 +275,11 @@ extern "C" ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
                                                const struct weft_dev_conns *conns, int sys,
                                                int nctas, cudaStream_t stream) {
   if ((int)d->op < 0 || (int)d->op >= ncclNumOps || (int)d->datatype < 0 ||
-      (int)d->datatype >= ncclNumTypes || conns->nranks > WEFT_DEV_DIRECT_MAX_RANKS ||
-      nctas < 1) {
-    WARN("device engine: rank %d: a direct %d of datatype %d / op %d over %d ranks on %d CTAs "
-         "cannot run",
-         conns->rank, d->func, (int)d->datatype, (int)d->op, conns->nranks, nctas);
+      (int)d->datatype >= ncclNumTypes || conns->nranks > WEFT_DEV_DIRECT_MAX_RANKS || nctas < 1) {
+    WARN(
+        "device engine: rank %d: a direct %d of datatype %d / op %d over %d ranks on %d CTAs "
+        "cannot run",
+        conns->rank, d->func, (int)d->datatype, (int)d->op, conns->nranks, nctas);
     return ncclInternalError;
   }
   direct_args a = {};

@@ -117,8 +117,9 @@ extern "C" void weft_dev_barrier_destroy(unsigned *barrier) {
 }
 
 extern "C" ncclResult_t weft_dev_load_kernels(void) {
-  cudaError_t (*const loads[])(void) = {weft_plan_load_simple, weft_plan_load_ll, weft_p2p_load,
-                                        weft_local_load, weft_direct_load};
+  cudaError_t (*const loads[])(void) = {
+      weft_plan_load_simple, weft_plan_load_ll,    weft_p2p_load,      weft_local_load,
+      weft_direct_load,      weft_direct_p2p_load, weft_direct_ll_load};
   for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++)
     DEV_CUDA(loads[i](), "loading the engine's kernels (cudaFuncGetAttributes)");
   return ncclSuccess;

@@ -166,5 +166,7 @@ cudaError_t weft_plan_load_ll(void);
 cudaError_t weft_p2p_load(void);
 cudaError_t weft_local_load(void);
 cudaError_t weft_direct_load(void);
+cudaError_t weft_direct_p2p_load(void);
+cudaError_t weft_direct_ll_load(void);
 
 #endif

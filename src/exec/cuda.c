@@ -87,12 +87,12 @@ static const struct weft_gpu_transport_ops *const gpu_transports[LINKS_N] = {
 
 struct weft_cuda_engine {
   int dev;
-  unsigned char *cross;      /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
-  unsigned char *net_peer;   /* nranks: peer p is on another host: net links (cuda_net.h) */
-  struct weft_cuda_net *net; /* the net links' proxy side; NULL when no peer is a net peer */
+  unsigned char *cross;            /* nranks: peer p runs on another GPU (weft_peer_same_gpu) */
+  unsigned char *net_peer;         /* nranks: peer p is on another host: net links (cuda_net.h) */
+  struct weft_cuda_net *net;       /* the net links' proxy side; NULL when no peer is a net peer */
   struct weft_cuda_direct *direct; /* direct collectives (cuda_direct.h); NULL: none */
   int p2p_parts;                   /* lanes (CTAs) a send/recv peer gets: p2p_parts_agree */
-  void *links[LINKS_N];      /* gpu_transports[t]'s state (NULL: none) */
+  void *links[LINKS_N];            /* gpu_transports[t]'s state (NULL: none) */
   struct weft_dev_conns conns;
   /* Host-mapped: kernels read and write it while the host reads it freely. */
   struct engine_flags *flags;
@@ -558,8 +558,8 @@ static ncclResult_t one_rank(struct ncclComm *comm, const struct weft_coll *coll
   if (premul != NULL) {
     struct weft_dev_scalar scalar = {.ptr = premul->dev_ptr};
     memcpy(scalar.value, premul->value, sizeof(scalar.value));
-    WEFT_CHECK(weft_dev_scale(coll->recvbuff, coll->sendbuff, coll->count, coll->datatype,
-                              &scalar, s));
+    WEFT_CHECK(
+        weft_dev_scale(coll->recvbuff, coll->sendbuff, coll->count, coll->datatype, &scalar, s));
   } else if (coll->sendbuff != coll->recvbuff) {
     cudaError_t err =
         cudaMemcpyAsync(coll->recvbuff, coll->sendbuff, bytes, cudaMemcpyDeviceToDevice, s);
@@ -598,8 +598,8 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   } else {
     res = weft_cuda_net_post(comm, entry->net_ops, s);
     if (res == ncclSuccess)
-      res = weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op,
-                                 s);
+      res =
+          weft_dev_plan_launch(&entry->plan, &e->conns, in, coll->recvbuff, coll->datatype, op, s);
     /* Direct over the links: the plan exchanged the inputs; the arrivals
      * are reduced in rank order by a second kernel in stream order. The
      * host engine's Direct also sends a call record ahead of the data
@@ -738,29 +738,63 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
   return streams_join(comm, "a group's collectives", streams, nstreams, 0);
 }
 
+/* The FIFO plan's part of a group (the ops not in direct[], all when it is
+ * NULL), launched on s after the direct part. */
+static ncclResult_t p2p_plan_launch(struct ncclComm *comm, const struct weft_cuda_p2p *p,
+                                    void *const *bufs, const unsigned char *direct,
+                                    cudaStream_t s) {
+  struct weft_cuda_engine *e = comm->cuda;
+  struct weft_p2p *ops = malloc((size_t)p->nops * sizeof(*ops));
+  void **rest = malloc((size_t)p->nops * sizeof(*rest));
+  struct weft_cuda_p2p part = {.ops = ops, .bufs = rest, .streams = p->streams, .nstreams = 1};
+  ncclResult_t res = ncclSystemError;
+  if (ops == NULL || rest == NULL) {
+    WARN("rank %d: send/recv: out of memory for %d operations", comm->rank, p->nops);
+    goto out;
+  }
+  for (int k = 0; k < p->nops; k++)
+    if (direct == NULL || !direct[k]) ops[part.nops] = p->ops[k], rest[part.nops++] = bufs[k];
+  struct plan_entry *entry;
+  res = p2p_plan_get(comm, &part, s, &entry);
+  if (res == ncclSuccess) res = lanes_fit(comm, "send/recv", entry->plan.nlanes);
+  if (res == ncclSuccess) {
+    plan_use(e, entry, s);
+    res = weft_cuda_net_post(comm, entry->net_ops, s);
+  }
+  if (res == ncclSuccess) res = weft_dev_p2p_launch(&entry->plan, &e->conns, rest, part.nops, s);
+out:
+  free(ops);
+  free(rest);
+  return res;
+}
+
 ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
   struct weft_cuda_engine *e = comm->cuda;
   cudaStream_t s = (cudaStream_t)p->streams[0];
   weft_device_select(e->dev);
-  struct plan_entry *entry;
-  WEFT_CHECK(p2p_plan_get(comm, p, s, &entry));
-  WEFT_CHECK(lanes_fit(comm, "send/recv", entry->plan.nlanes));
-  void **bufs = malloc((size_t)(p->nops > 0 ? p->nops : 1) * sizeof(*bufs));
-  if (bufs == NULL) {
+  size_t n = (size_t)(p->nops > 0 ? p->nops : 1);
+  void **bufs = malloc(n * sizeof(*bufs));
+  unsigned char *direct = malloc(n);
+  if (bufs == NULL || direct == NULL) {
+    free(bufs);
+    free(direct);
     WARN("rank %d: send/recv: out of memory for %d buffers", comm->rank, p->nops);
     return ncclSystemError;
   }
   memcpy(bufs, p->bufs, (size_t)p->nops * sizeof(*bufs));
+  int ndirect = weft_cuda_direct_p2p_pick(e->direct, comm->nranks, p->ops, p->nops, direct);
   char *copies = NULL;
   ncclResult_t res = streams_join(comm, "send/recv", p->streams, p->nstreams, 1);
-  if (res == ncclSuccess) {
-    plan_use(e, entry, s);
-    res = stage_sends(comm, p, s, bufs, &copies);
-  }
-  if (res == ncclSuccess) res = weft_cuda_net_post(comm, entry->net_ops, s);
-  if (res == ncclSuccess) res = weft_dev_p2p_launch(&entry->plan, &e->conns, bufs, p->nops, s);
+  if (res == ncclSuccess) res = stage_sends(comm, p, s, bufs, &copies);
+  /* Every rank launches its direct part first: a direct kernel waits only
+   * for its peers' direct kernels, never behind a FIFO plan. */
+  if (res == ncclSuccess && ndirect > 0)
+    res = weft_cuda_direct_p2p_launch(comm, e->direct, &e->conns, p->ops, bufs, direct, p->nops, s);
+  if (res == ncclSuccess && ndirect < p->nops)
+    res = p2p_plan_launch(comm, p, bufs, ndirect > 0 ? direct : NULL, s);
   if (copies != NULL) cudaFreeAsync(copies, s);
   free(bufs);
+  free(direct);
   if (res != ncclSuccess) return res;
   WEFT_CHECK(launch_done(comm, "send/recv", s));
   return streams_join(comm, "send/recv", p->streams, p->nstreams, 0);
@@ -777,8 +811,9 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
   switch (WEFT_DEV_ERROR_REASON(v)) {
     case WEFT_DEV_ERR_P2P_SIZE:
       WARN(
-          "rank %d: CUDA engine: rank %d received a send from rank %d whose byte count is not "
-          "the one its ncclRecv posted; nothing was copied and the communicator has failed",
+          "rank %d: CUDA engine: a send/recv between rank %d and rank %d: the ncclSend's byte "
+          "count is not the one the ncclRecv posted; nothing was copied and the communicator "
+          "has failed",
           comm->rank, who, peer);
       break;
     case WEFT_DEV_ERR_NET:

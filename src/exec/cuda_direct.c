@@ -4,13 +4,16 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/check.h"
 #include "base/debug.h"
 #include "base/dtype.h"
+#include "base/param.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
 #include "exec/engine.h"
+#include "sched/schedule.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
@@ -35,6 +38,7 @@ struct weft_cuda_direct {
   struct weft_dev_board *board;  /* this rank's */
   struct weft_dev_board **table; /* device: every rank's, in rank order */
   int sys;                       /* some rank is on another GPU */
+  size_t ll_bytes;               /* most bytes a rank sends a peer in LL lines */
 };
 
 /* What each rank tells the others at init. */
@@ -69,7 +73,7 @@ ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char 
     WARN("rank %d: out of memory for the direct collectives' boards", comm->rank);
     goto fail;
   }
-  res = weft_dev_board_create(&d->board);
+  res = weft_dev_board_create(n, &d->board, &d->ll_bytes);
   if (res != ncclSuccess) goto fail;
   /* One process: a board's address is good in every rank (peer access
    * across GPUs was enabled when the p2p transport linked them). */
@@ -82,8 +86,9 @@ ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char 
   res = weft_dev_board_table(boards, n, &d->table);
   if (res != ncclSuccess) goto fail;
   for (int p = 0; p < n; p++) d->sys |= cross[p] != 0;
-  INFO(WEFT_INIT, "rank %d: CUDA engine: direct collectives on the ranks' own buffers (%d ranks "
-                  "in one process, %s)",
+  INFO(WEFT_INIT,
+       "rank %d: CUDA engine: direct collectives on the ranks' own buffers (%d ranks "
+       "in one process, %s)",
        comm->rank, n, d->sys ? "several GPUs" : "one GPU");
   free(cards);
   free(boards);
@@ -121,6 +126,14 @@ int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
   return d == NULL ? 0 : d->sys ? 2 : 1;
 }
 
+/* CTAs for a rank moving `bytes`: one per DIRECT_BYTES_PER_CTA, within
+ * the lanes every rank of the GPU can run at once. */
+static int direct_ctas(const struct ncclComm *comm, size_t bytes) {
+  size_t ctas = bytes / DIRECT_BYTES_PER_CTA + 1;
+  int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
+  return nctas < 1 ? 1 : nctas;
+}
+
 ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
                                      const struct weft_dev_conns *conns,
                                      const struct weft_coll *coll, const void *in, ncclRedOp_t op,
@@ -133,14 +146,61 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
                                  .op = op,
                                  .sendbuff = in,
                                  .recvbuff = coll->recvbuff};
+  /* Small: in LL lines, no barrier (a sender's payload: the input, or a
+   * rank's block of it). */
+  size_t slot = coll->count * weft_dtype_size(coll->datatype);
+  int64_t ll_max = weft_param_int(WEFT_PARAM_DIRECT_LL_MAX);
+  if ((int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
+    size_t pushed = 2 * slot * (size_t)comm->nranks; /* LL lines carry half data */
+    return weft_dev_direct_ll_launch(&call, d->table, conns, slot, direct_ctas(comm, pushed / 4),
+                                     (cudaStream_t)stream);
+  }
   /* The bytes this rank moves: its share of the call. */
   size_t bytes = weft_engine_op_bytes(coll);
   if (coll->func != WEFT_FUNC_ALLGATHER && coll->func != WEFT_FUNC_REDUCESCATTER)
     bytes /= (size_t)comm->nranks;
-  size_t ctas = bytes / DIRECT_BYTES_PER_CTA + 1;
-  int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
-  return weft_dev_direct_launch(&call, d->table, conns, d->sys, nctas < 1 ? 1 : nctas,
+  return weft_dev_direct_launch(&call, d->table, conns, d->sys, direct_ctas(comm, bytes),
                                 (cudaStream_t)stream);
+}
+
+int weft_cuda_direct_p2p_pick(const struct weft_cuda_direct *d, int nranks,
+                              const struct weft_p2p *ops, int nops, unsigned char *direct) {
+  unsigned char seen[2][WEFT_DEV_DIRECT_MAX_RANKS] = {{0}};
+  int picked = 0;
+  /* Several GPUs: not measured against the FIFO path yet (docs/CUDA.md). */
+  int on = d != NULL && !d->sys && nranks <= WEFT_DEV_DIRECT_MAX_RANKS;
+  for (int k = 0; k < nops && on; k++)
+    if (seen[ops[k].is_send != 0][ops[k].peer] < 2) seen[ops[k].is_send != 0][ops[k].peer]++;
+  for (int k = 0; k < nops; k++) {
+    direct[k] = on && seen[ops[k].is_send != 0][ops[k].peer] == 1;
+    picked += direct[k];
+  }
+  return picked;
+}
+
+ncclResult_t weft_cuda_direct_p2p_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                         const struct weft_dev_conns *conns,
+                                         const struct weft_p2p *ops, void *const *bufs,
+                                         const unsigned char *direct, int nops, void *stream) {
+  struct weft_dev_direct_p2p call;
+  memset(&call, 0, sizeof(call));
+  size_t sent = 0;
+  for (int k = 0; k < nops; k++) {
+    if (!direct[k]) continue;
+    int p = ops[k].peer;
+    if (ops[k].is_send) {
+      call.send_mask |= 1ull << p;
+      call.send_buf[p] = bufs[k];
+      call.send_bytes[p] = ops[k].bytes;
+      sent += ops[k].bytes;
+    } else {
+      call.recv_mask |= 1ull << p;
+      call.recv_buf[p] = bufs[k];
+      call.recv_bytes[p] = ops[k].bytes;
+    }
+  }
+  return weft_dev_direct_p2p_launch(&call, d->table, conns, d->sys, direct_ctas(comm, sent),
+                                    (cudaStream_t)stream);
 }
 
 #endif

@@ -13,6 +13,7 @@ struct ncclComm;
 struct weft_coll;
 struct weft_dev_conns;
 struct weft_cuda_direct;
+struct weft_p2p;
 
 /* Collective over comm's ranks (every rank calls it, and every rank
  * decides alike from the all-gathered peer table): *out is NULL where the
@@ -31,5 +32,17 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
                                      const struct weft_dev_conns *conns,
                                      const struct weft_coll *coll, const void *in, ncclRedOp_t op,
                                      void *stream);
+
+/* Grouped send/recv: sets direct[k] for each of the nops ops that runs
+ * directly (on one GPU, an op that is the only one of its direction with
+ * its peer in the list: both ends see the same, so they agree without a
+ * word) and returns how many do. */
+int weft_cuda_direct_p2p_pick(const struct weft_cuda_direct *d, int nranks,
+                              const struct weft_p2p *ops, int nops, unsigned char *direct);
+/* Launches the ops marked in direct (bufs[k]: op k's buffer) on stream. */
+ncclResult_t weft_cuda_direct_p2p_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                         const struct weft_dev_conns *conns,
+                                         const struct weft_p2p *ops, void *const *bufs,
+                                         const unsigned char *direct, int nops, void *stream);
 
 #endif

@@ -1,0 +1,136 @@
+/* What the direct kernels share (direct.cu: collectives, direct_p2p.cu:
+ * grouped send/recv): a rank's board, the n-way copy and reduction over
+ * the CTAs, and the bounded wait on a peer's board word. */
+#ifndef WEFT_DEVICE_DIRECT_CUH
+#define WEFT_DEVICE_DIRECT_CUH
+
+#include "device/plan_kernel.cuh"
+
+#define DIRECT_THREADS 512
+/* Vectors of 16 bytes in flight per thread and input (1-byte types: half as
+ * many, so their 16 lanes a vector fit the registers). */
+#define DIRECT_UNROLL_MAX 4
+
+/* A receive a rank posted for a peer's send (direct_p2p.cu): written by
+ * the receiver, read by the sender once seq shows it is this call's. */
+struct direct_p2p_slot {
+  uint64_t seq;
+  char *addr;
+  size_t bytes;
+  uint64_t pad;
+};
+/* A send a rank finished for a peer: written by the sender, read by the
+ * receiver (bytes: what the sender had, to catch a size mismatch). */
+struct direct_p2p_sent {
+  uint64_t seq;
+  size_t bytes;
+};
+
+/* Every field its own 128-byte line: ready and the buffers are written
+ * once a call by the rank and read by every peer; done is read by every
+ * peer's last CTA; epoch and arrive are the rank's own. */
+struct weft_dev_board {
+  alignas(128) uint64_t ready;
+  const char *in;
+  char *out;
+  alignas(128) uint64_t done;
+  alignas(128) uint64_t epoch;
+  unsigned arrive;
+  /* Grouped send/recv, per peer: the receives this rank posted, the sends
+   * it finished, and its own counts of the calls with that peer. */
+  alignas(128) struct direct_p2p_slot recv[WEFT_DEV_DIRECT_MAX_RANKS];
+  alignas(128) struct direct_p2p_sent sent[WEFT_DEV_DIRECT_MAX_RANKS];
+  alignas(128) uint64_t send_seq[WEFT_DEV_DIRECT_MAX_RANKS];
+  uint64_t recv_seq[WEFT_DEV_DIRECT_MAX_RANKS];
+  unsigned p2p_arrive;
+  /* Small collectives in LL lines (direct_ll.cu): the rank's scratch,
+   * [2 call parities][nranks senders][ll_lines lines], written by every
+   * peer; its calls so far, and the CTAs of the current one that ended. */
+  alignas(128) uint4 *ll;
+  size_t ll_lines;
+  alignas(128) uint64_t ll_epoch;
+  unsigned ll_arrive;
+};
+
+/* Thread 0: until *w reaches e (peer: whose board, for a timeout's
+ * report); 0: stop (an error, an abort or the timeout). */
+__device__ inline int direct_wait(const exec_args &x, const uint64_t *w, uint32_t sys, uint64_t e,
+                                  int dir, int peer) {
+  uint64_t start = 0;
+  for (unsigned spins = 0;; spins++) {
+    uint64_t v = ld_acquire(w, sys);
+    if (v >= e) return 1;
+    if ((spins & 1023) == 0) {
+      const wait_site s = {dir, peer, -1, WEFT_PROTO_SIMPLE, e};
+      if (!wait_check(x, &start, s, v)) return 0;
+    }
+  }
+}
+
+/* out[o][i] = in[0][i] op in[1][i] op ... (op in rank order), for every
+ * output o and element i < len, then / div when div is set; the rank's
+ * CTAs and threads share the elements. A copy is nin == 1 and OP_COPY. */
+template <typename T, int OP>
+__device__ void nway(const char *const *in, int nin, char *const *out, int nout, size_t len,
+                     int div) {
+  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t G = (size_t)gridDim.x * blockDim.x;
+  const int V = 16 / sizeof(T);
+  constexpr int DIRECT_UNROLL = sizeof(T) == 1 && OP != OP_COPY ? 2 : DIRECT_UNROLL_MAX;
+  uintptr_t mis = 0;
+  for (int q = 0; q < nin; q++) mis |= (uintptr_t)in[q];
+  for (int o = 0; o < nout; o++) mis |= (uintptr_t)out[o];
+  size_t done = 0;
+  if ((mis & 15) == 0) {
+    const size_t nv = len * sizeof(T) / 16;
+    for (size_t base = g; base < nv; base += G * DIRECT_UNROLL) {
+      uint4 acc[DIRECT_UNROLL];
+#pragma unroll
+      for (int u = 0; u < DIRECT_UNROLL; u++) {
+        size_t i = base + (size_t)u * G;
+        if (i < nv) acc[u] = ((const uint4 *)in[0])[i];
+      }
+      for (int q = 1; q < nin; q++) {
+        uint4 v[DIRECT_UNROLL];
+#pragma unroll
+        for (int u = 0; u < DIRECT_UNROLL; u++) {
+          size_t i = base + (size_t)u * G;
+          if (i < nv) v[u] = ((const uint4 *)in[q])[i];
+        }
+#pragma unroll
+        for (int u = 0; u < DIRECT_UNROLL; u++) {
+          T *x = (T *)&acc[u];
+          const T *y = (const T *)&v[u];
+#pragma unroll
+          for (int k = 0; k < V; k++) x[k] = elem<T>::apply(OP, x[k], y[k]);
+        }
+      }
+      if constexpr (OP == OP_SUM) { /* avg */
+        if (div) {
+#pragma unroll
+          for (int u = 0; u < DIRECT_UNROLL; u++) {
+            T *x = (T *)&acc[u];
+            for (int k = 0; k < V; k++) x[k] = elem<T>::div(x[k], div);
+          }
+        }
+      }
+      for (int o = 0; o < nout; o++) {
+#pragma unroll
+        for (int u = 0; u < DIRECT_UNROLL; u++) {
+          size_t i = base + (size_t)u * G;
+          if (i < nv) ((uint4 *)out[o])[i] = acc[u];
+        }
+      }
+    }
+    done = nv * V;
+  }
+  for (size_t i = done + g; i < len; i += G) {
+    T x = ((const T *)in[0])[i];
+    for (int q = 1; q < nin; q++) x = elem<T>::apply(OP, x, ((const T *)in[q])[i]);
+    if constexpr (OP == OP_SUM)
+      if (div) x = elem<T>::div(x, div);
+    for (int o = 0; o < nout; o++) ((T *)out[o])[i] = x;
+  }
+}
+
+#endif

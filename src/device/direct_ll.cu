@@ -1,0 +1,217 @@
+/* Small direct collectives in LL lines: where every rank lives in one
+ * process (direct.cu), a small AllReduce, AllGather, ReduceScatter,
+ * Broadcast or Reduce is one kernel per rank with no barrier at all:
+ *
+ *  1. Push: the rank writes what each peer needs from it (AllReduce,
+ *     AllGather: its input; ReduceScatter: the peer's block; Broadcast:
+ *     the root's input, from the root; Reduce: every input, to the root)
+ *     as LL lines (ll_line.cuh: data and flag in one 16-byte store) into
+ *     its own slot of the peer's scratch.
+ *  2. Pull: the rank waits for the lines in its own scratch, from the
+ *     senders it needs, and reduces them in rank order (so every rank gets
+ *     the same bits) or copies them into its output.
+ * No peer reads or writes the rank's buffers, so nothing waits for a peer
+ * to finish: the flags say when data is there. The flag is the call's
+ * number (the board's ll_epoch, advanced by the kernel, so graph replays
+ * work), and calls alternate between two halves of the scratch: a peer
+ * writes call e + 2's lines over call e's only after it has this rank's
+ * lines of call e + 1, which this rank writes after it read call e's. */
+#include "device/dev_check.cuh"
+#include "device/direct.cuh"
+#include "device/ll_line.cuh"
+
+struct direct_ll_args {
+  exec_args x;
+  weft_dev_board *const *boards;
+  int rank, nranks, func, root, dt, op, avg;
+  size_t bytes; /* a sender's slot: count * element (per rank for AllGather, ReduceScatter) */
+  const char *in;
+  char *out;
+};
+
+/* 8 bytes of elements T: a op= b, elementwise. */
+template <typename T>
+__device__ __forceinline__ uint64_t red8(int op, uint64_t a, uint64_t b) {
+  constexpr int V = 8 / sizeof(T);
+  T x[V], y[V];
+  memcpy(x, &a, 8);
+  memcpy(y, &b, 8);
+#pragma unroll
+  for (int k = 0; k < V; k++) x[k] = elem<T>::apply(op, x[k], y[k]);
+  memcpy(&a, x, 8);
+  return a;
+}
+
+template <typename T>
+__device__ __forceinline__ uint64_t div8(uint64_t a, int n) {
+  constexpr int V = 8 / sizeof(T);
+  T x[V];
+  memcpy(x, &a, 8);
+#pragma unroll
+  for (int k = 0; k < V; k++) x[k] = elem<T>::div(x[k], n);
+  memcpy(&a, x, 8);
+  return a;
+}
+
+__device__ __forceinline__ const uint4 *ll_slot(const weft_dev_board *b, uint64_t e, int n,
+                                                int sender) {
+  return b->ll + ((size_t)(e & 1) * (size_t)n + (size_t)sender) * b->ll_lines;
+}
+
+/* Line k from sender q in this rank's scratch; 0: stop. */
+__device__ __forceinline__ int ll_take(const direct_ll_args &a, const uint4 *line, uint32_t flag,
+                                       int q, uint64_t *data) {
+  uint4 v = ll_load(line);
+  if (!ll_ready(v, flag)) {
+    const wait_site w = {WEFT_DEV_WAIT_DATA, q, -1, WEFT_PROTO_LL, flag};
+    if (!ll_wait(a.x, w, line, flag, v)) return 0;
+  }
+  *data = ll_data(v);
+  return 1;
+}
+
+/* Step 2 of a reduction: line k of every sender, in rank order. */
+template <typename T>
+__device__ __noinline__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_t g, size_t G,
+                                      size_t nlines, char *out, int al) {
+  const weft_dev_board *me = a.boards[a.rank];
+  const uint32_t flag = (uint32_t)e;
+  for (size_t k = g; k < nlines; k += G) {
+    uint64_t acc = 0, v;
+    for (int q = 0; q < a.nranks; q++) {
+      if (!ll_take(a, ll_slot(me, e, a.nranks, q) + k, flag, q, &v)) return 0;
+      acc = q == 0 ? v : red8<T>(a.op, acc, v);
+    }
+    if (a.avg) acc = div8<T>(acc, a.nranks);
+    size_t at = 8 * k;
+    pack_store(out + at, acc, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al);
+  }
+  return 1;
+}
+
+__device__ int ll_reduce_any(const direct_ll_args &a, uint64_t e, size_t g, size_t G, size_t nlines,
+                             char *out, int al) {
+  switch (a.dt) {
+    case ncclInt8: return ll_reduce<int8_t>(a, e, g, G, nlines, out, al);
+    case ncclUint8: return ll_reduce<uint8_t>(a, e, g, G, nlines, out, al);
+    case ncclInt32: return ll_reduce<int32_t>(a, e, g, G, nlines, out, al);
+    case ncclUint32: return ll_reduce<uint32_t>(a, e, g, G, nlines, out, al);
+    case ncclInt64: return ll_reduce<int64_t>(a, e, g, G, nlines, out, al);
+    case ncclUint64: return ll_reduce<uint64_t>(a, e, g, G, nlines, out, al);
+    case ncclFloat16: return ll_reduce<__half>(a, e, g, G, nlines, out, al);
+    case ncclFloat32: return ll_reduce<float>(a, e, g, G, nlines, out, al);
+    case ncclFloat64: return ll_reduce<double>(a, e, g, G, nlines, out, al);
+    case ncclBfloat16: return ll_reduce<__nv_bfloat16>(a, e, g, G, nlines, out, al);
+    case ncclFloat8e4m3: return ll_reduce<__nv_fp8_e4m3>(a, e, g, G, nlines, out, al);
+    case ncclFloat8e5m2: return ll_reduce<__nv_fp8_e5m2>(a, e, g, G, nlines, out, al);
+    default: return 1; /* refused at launch */
+  }
+}
+
+/* Step 2 of a copy: sender q's lines into out. */
+__device__ int ll_copy(const direct_ll_args &a, uint64_t e, int q, size_t g, size_t G,
+                       size_t nlines, char *out) {
+  const uint4 *slot = ll_slot(a.boards[a.rank], e, a.nranks, q);
+  const int al = align8(out);
+  uint64_t v;
+  for (size_t k = g; k < nlines; k += G) {
+    if (!ll_take(a, slot + k, (uint32_t)e, q, &v)) return 0;
+    size_t at = 8 * k;
+    pack_store(out + at, v, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al);
+  }
+  return 1;
+}
+
+/* Step 1: the rank's lines of src into its slot of peer q's scratch. */
+__device__ void ll_push(const direct_ll_args &a, uint64_t e, int q, const char *src, size_t g,
+                        size_t G, size_t nlines) {
+  uint4 *slot = (uint4 *)ll_slot(a.boards[q], e, a.nranks, a.rank);
+  const int al = align8(src);
+  for (size_t k = g; k < nlines; k += G) {
+    size_t at = 8 * k;
+    ll_store(slot + k, pack_load(src + at, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al),
+             (uint32_t)e);
+  }
+}
+
+__global__ void __launch_bounds__(DIRECT_THREADS, 1)
+    weft_direct_ll_kernel(const __grid_constant__ direct_ll_args a) {
+  __shared__ uint64_t epoch;
+  weft_dev_board *me = a.boards[a.rank];
+  if (threadIdx.x == 0) epoch = *(volatile uint64_t *)&me->ll_epoch + 1;
+  __syncthreads();
+  const uint64_t e = epoch;
+  const int n = a.nranks, r = a.rank;
+  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t G = (size_t)gridDim.x * blockDim.x;
+  const size_t nlines = (a.bytes + 7) / 8;
+  for (int k = 1; k <= n; k++) { /* peers from r + 1 on: the ranks spread over the receivers */
+    const int q = (r + k) % n;
+    switch (a.func) {
+      case WEFT_FUNC_ALLREDUCE:
+      case WEFT_FUNC_ALLGATHER: ll_push(a, e, q, a.in, g, G, nlines); break;
+      case WEFT_FUNC_REDUCESCATTER:
+        ll_push(a, e, q, a.in + (size_t)q * a.bytes, g, G, nlines);
+        break;
+      case WEFT_FUNC_BROADCAST:
+        if (r == a.root) ll_push(a, e, q, a.in, g, G, nlines);
+        break;
+      case WEFT_FUNC_REDUCE:
+        if (q == a.root) ll_push(a, e, q, a.in, g, G, nlines);
+        break;
+      default: break;
+    }
+  }
+  int ok = 1;
+  switch (a.func) {
+    case WEFT_FUNC_ALLREDUCE:
+    case WEFT_FUNC_REDUCESCATTER:
+      ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
+      break;
+    case WEFT_FUNC_REDUCE:
+      if (r == a.root) ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
+      break;
+    case WEFT_FUNC_BROADCAST: ok = ll_copy(a, e, a.root, g, G, nlines, a.out); break;
+    case WEFT_FUNC_ALLGATHER:
+      for (int k = 0; k < n && ok; k++)
+        ok = ll_copy(a, e, (r + k) % n, g, G, nlines, a.out + (size_t)((r + k) % n) * a.bytes);
+      break;
+    default: break;
+  }
+  /* The next call's CTAs read the count: only once every CTA of this one
+   * has (a failed call leaves it: the communicator has failed). */
+  if (!__syncthreads_and(ok)) return;
+  if (threadIdx.x == 0 && atomicAdd(&me->ll_arrive, 1u) == gridDim.x - 1) {
+    me->ll_arrive = 0;
+    *(volatile uint64_t *)&me->ll_epoch = e;
+  }
+}
+
+extern "C" ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *d,
+                                                  struct weft_dev_board *const *table,
+                                                  const struct weft_dev_conns *conns, size_t bytes,
+                                                  int nctas, cudaStream_t stream) {
+  direct_ll_args a = {};
+  a.boards = table;
+  a.rank = conns->rank;
+  a.nranks = conns->nranks;
+  a.func = d->func;
+  a.root = d->root;
+  a.dt = (int)d->datatype;
+  a.op = exec_op_of(d->op);
+  a.avg = d->op == ncclAvg;
+  a.bytes = bytes;
+  a.in = (const char *)d->sendbuff;
+  a.out = (char *)d->recvbuff;
+  a.x.conns = *conns;
+  void *args[] = {&a};
+  DEV_CUDA(cudaLaunchKernel((const void *)weft_direct_ll_kernel, dim3((unsigned)nctas),
+                            dim3(DIRECT_THREADS), args, 0, stream),
+           "launching the direct LL kernel");
+  return ncclSuccess;
+}
+
+cudaError_t weft_direct_ll_load(void) {
+  cudaFuncAttributes attr;
+  return cudaFuncGetAttributes(&attr, (const void *)weft_direct_ll_kernel);
+}
