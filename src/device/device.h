@@ -239,8 +239,9 @@ ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
                                     const struct weft_dev_conns *conns, int sys, int nctas,
                                     cudaStream_t stream);
 
-/* The same for a small call in LL lines, no barrier (direct_ll.cu): bytes
- * is a sender's payload (count * element; at most the board's ll_bytes). */
+/* The same for a small AllReduce, AllGather or ReduceScatter in LL lines,
+ * no barrier (direct_ll.cu): bytes is a sender's payload (count * element;
+ * at most the board's ll_bytes). */
 ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *d,
                                        struct weft_dev_board *const *table,
                                        const struct weft_dev_conns *conns, size_t bytes, int nctas,

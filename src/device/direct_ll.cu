@@ -1,21 +1,22 @@
 /* Small direct collectives in LL lines: where every rank lives in one
- * process (direct.cu), a small AllReduce, AllGather, ReduceScatter,
- * Broadcast or Reduce is one kernel per rank with no barrier at all:
+ * process (direct.cu), a small AllReduce, AllGather or ReduceScatter is
+ * one kernel per rank with no barrier at all:
  *
  *  1. Push: the rank writes what each peer needs from it (AllReduce,
- *     AllGather: its input; ReduceScatter: the peer's block; Broadcast:
- *     the root's input, from the root; Reduce: every input, to the root)
- *     as LL lines (ll_line.cuh: data and flag in one 16-byte store) into
- *     its own slot of the peer's scratch.
- *  2. Pull: the rank waits for the lines in its own scratch, from the
- *     senders it needs, and reduces them in rank order (so every rank gets
+ *     AllGather: its input; ReduceScatter: the peer's block) as LL lines (ll_line.cuh: data and
+ * flag in one 16-byte store) into its own slot of the peer's scratch.
+ *  2. Pull: the rank waits for the lines in its own scratch, from every
+ *     sender, and reduces them in rank order (so every rank gets
  *     the same bits) or copies them into its output.
  * No peer reads or writes the rank's buffers, so nothing waits for a peer
  * to finish: the flags say when data is there. The flag is the call's
  * number (the board's ll_epoch, advanced by the kernel, so graph replays
  * work), and calls alternate between two halves of the scratch: a peer
  * writes call e + 2's lines over call e's only after it has this rank's
- * lines of call e + 1, which this rank writes after it read call e's. */
+ * lines of call e + 1, which this rank writes after it read call e's.
+ * That holds because every rank needs every rank's lines; a Broadcast's
+ * root or a Reduce's other ranks would wait for nobody and could run two
+ * calls ahead, so those two stay on the barrier kernel (direct.cu). */
 #include "device/dev_check.cuh"
 #include "device/direct.cuh"
 #include "device/ll_line.cuh"
@@ -23,7 +24,7 @@
 struct direct_ll_args {
   exec_args x;
   weft_dev_board *const *boards;
-  int rank, nranks, func, root, dt, op, avg;
+  int rank, nranks, func, dt, op, avg;
   size_t bytes; /* a sender's slot: count * element (per rank for AllGather, ReduceScatter) */
   const char *in;
   char *out;
@@ -153,12 +154,6 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
       case WEFT_FUNC_REDUCESCATTER:
         ll_push(a, e, q, a.in + (size_t)q * a.bytes, g, G, nlines);
         break;
-      case WEFT_FUNC_BROADCAST:
-        if (r == a.root) ll_push(a, e, q, a.in, g, G, nlines);
-        break;
-      case WEFT_FUNC_REDUCE:
-        if (q == a.root) ll_push(a, e, q, a.in, g, G, nlines);
-        break;
       default: break;
     }
   }
@@ -168,10 +163,6 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     case WEFT_FUNC_REDUCESCATTER:
       ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
       break;
-    case WEFT_FUNC_REDUCE:
-      if (r == a.root) ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
-      break;
-    case WEFT_FUNC_BROADCAST: ok = ll_copy(a, e, a.root, g, G, nlines, a.out); break;
     case WEFT_FUNC_ALLGATHER:
       for (int k = 0; k < n && ok; k++)
         ok = ll_copy(a, e, (r + k) % n, g, G, nlines, a.out + (size_t)((r + k) % n) * a.bytes);
@@ -196,7 +187,6 @@ extern "C" ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *
   a.rank = conns->rank;
   a.nranks = conns->nranks;
   a.func = d->func;
-  a.root = d->root;
   a.dt = (int)d->datatype;
   a.op = exec_op_of(d->op);
   a.avg = d->op == ncclAvg;

@@ -147,10 +147,14 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
                                  .sendbuff = in,
                                  .recvbuff = coll->recvbuff};
   /* Small: in LL lines, no barrier (a sender's payload: the input, or a
-   * rank's block of it). */
+   * rank's block of it). Only where every rank needs every rank's lines:
+   * then no rank runs two calls ahead of a peer and overwrites lines it
+   * has not read (a Broadcast's root or a Reduce's senders could). */
   size_t slot = coll->count * weft_dtype_size(coll->datatype);
   int64_t ll_max = weft_param_int(WEFT_PARAM_DIRECT_LL_MAX);
-  if ((int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
+  int all_to_all = coll->func == WEFT_FUNC_ALLREDUCE || coll->func == WEFT_FUNC_ALLGATHER ||
+                   coll->func == WEFT_FUNC_REDUCESCATTER;
+  if (all_to_all && (int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
     size_t pushed = 2 * slot * (size_t)comm->nranks; /* LL lines carry half data */
     return weft_dev_direct_ll_launch(&call, d->table, conns, slot, direct_ctas(comm, pushed / 4),
                                      (cudaStream_t)stream);
