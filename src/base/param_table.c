@@ -84,6 +84,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "largest per-rank payload (bytes) of a direct AllReduce, AllGather or "
                 "ReduceScatter that runs in LL lines with no barrier (ranks of one process on "
                 "one GPU); 0: never"),
+    [WEFT_PARAM_DIRECT_CTA_BYTES] =
+        INT_ROW("WEFT_DIRECT_CTA_BYTES", 262144, 4096, 1073741824, "262144",
+                "bytes of a rank's share of a direct collective or send/recv (ranks of one "
+                "process) per CTA it launches, up to the rank's CTA cap"),
     [WEFT_PARAM_IB_DISABLE] =
         BOOL_ROW("NCCL_IB_DISABLE", 0, "1: the RDMA network (net/ib) uses no device"),
     [WEFT_PARAM_IB_GID_INDEX] =

@@ -59,10 +59,9 @@ __device__ __forceinline__ const uint4 *ll_slot(const weft_dev_board *b, uint64_
   return b->ll + ((size_t)(e & 1) * (size_t)n + (size_t)sender) * b->ll_lines;
 }
 
-/* Line k from sender q in this rank's scratch; 0: stop. */
+/* Sender q's line v, loaded already, or once it carries flag; 0: stop. */
 __device__ __forceinline__ int ll_take(const direct_ll_args &a, const uint4 *line, uint32_t flag,
-                                       int q, uint64_t *data) {
-  uint4 v = ll_load(line);
+                                       int q, uint4 v, uint64_t *data) {
   if (!ll_ready(v, flag)) {
     const wait_site w = {WEFT_DEV_WAIT_DATA, q, -1, WEFT_PROTO_LL, flag};
     if (!ll_wait(a.x, w, line, flag, v)) return 0;
@@ -71,19 +70,33 @@ __device__ __forceinline__ int ll_take(const direct_ll_args &a, const uint4 *lin
   return 1;
 }
 
+/* Senders' lines a thread loads before it checks the first: lines already
+ * there cost one memory latency per batch, not one per sender. */
+#define LL_BATCH 8
+
 /* Step 2 of a reduction: line k of every sender, in rank order. */
 template <typename T>
 __device__ __noinline__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_t g, size_t G,
                                       size_t nlines, char *out, int al) {
   const weft_dev_board *me = a.boards[a.rank];
   const uint32_t flag = (uint32_t)e;
+  const int n = a.nranks;
   for (size_t k = g; k < nlines; k += G) {
-    uint64_t acc = 0, v;
-    for (int q = 0; q < a.nranks; q++) {
-      if (!ll_take(a, ll_slot(me, e, a.nranks, q) + k, flag, q, &v)) return 0;
-      acc = q == 0 ? v : red8<T>(a.op, acc, v);
+    uint64_t acc = 0, d;
+    for (int q0 = 0; q0 < n; q0 += LL_BATCH) {
+      uint4 v[LL_BATCH];
+#pragma unroll
+      for (int u = 0; u < LL_BATCH; u++)
+        if (q0 + u < n) v[u] = ll_load(ll_slot(me, e, n, q0 + u) + k);
+#pragma unroll
+      for (int u = 0; u < LL_BATCH; u++) {
+        const int q = q0 + u;
+        if (q >= n) break;
+        if (!ll_take(a, ll_slot(me, e, n, q) + k, flag, q, v[u], &d)) return 0;
+        acc = q == 0 ? d : red8<T>(a.op, acc, d);
+      }
     }
-    if (a.avg) acc = div8<T>(acc, a.nranks);
+    if (a.avg) acc = div8<T>(acc, n);
     size_t at = 8 * k;
     pack_store(out + at, acc, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al);
   }
@@ -116,7 +129,7 @@ __device__ int ll_copy(const direct_ll_args &a, uint64_t e, int q, size_t g, siz
   const int al = align8(out);
   uint64_t v;
   for (size_t k = g; k < nlines; k += G) {
-    if (!ll_take(a, slot + k, (uint32_t)e, q, &v)) return 0;
+    if (!ll_take(a, slot + k, (uint32_t)e, q, ll_load(slot + k), &v)) return 0;
     size_t at = 8 * k;
     pack_store(out + at, v, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al);
   }

@@ -21,8 +21,8 @@
 
 #include "device/device.h"
 
-/* Bytes of a call one CTA of a rank moves before another CTA pays. */
-#define DIRECT_BYTES_PER_CTA (256u * 1024u)
+/* Threads of a direct kernel's CTA (direct.cuh's DIRECT_THREADS). */
+#define DIRECT_LL_THREADS 512
 
 /* The communicator's boards, shared by its ranks (threads of one process):
  * a rank's last CTA may still read a peer's board after the rank's own
@@ -126,10 +126,10 @@ int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
   return d == NULL ? 0 : d->sys ? 2 : 1;
 }
 
-/* CTAs for a rank moving `bytes`: one per DIRECT_BYTES_PER_CTA, within
+/* CTAs for a rank moving `bytes`: one per WEFT_DIRECT_CTA_BYTES, within
  * the lanes every rank of the GPU can run at once. */
 static int direct_ctas(const struct ncclComm *comm, size_t bytes) {
-  size_t ctas = bytes / DIRECT_BYTES_PER_CTA + 1;
+  size_t ctas = bytes / (size_t)weft_param_int(WEFT_PARAM_DIRECT_CTA_BYTES) + 1;
   int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
   return nctas < 1 ? 1 : nctas;
 }
@@ -155,8 +155,11 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
   int all_to_all = coll->func == WEFT_FUNC_ALLREDUCE || coll->func == WEFT_FUNC_ALLGATHER ||
                    coll->func == WEFT_FUNC_REDUCESCATTER;
   if (all_to_all && (int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
-    size_t pushed = 2 * slot * (size_t)comm->nranks; /* LL lines carry half data */
-    return weft_dev_direct_ll_launch(&call, d->table, conns, slot, direct_ctas(comm, pushed / 4),
+    /* A line (8 bytes of a sender) a thread: the waits overlap. */
+    size_t lines = (coll->func == WEFT_FUNC_ALLGATHER ? (size_t)comm->nranks : 1) * (slot + 7) / 8;
+    size_t ctas = (lines + DIRECT_LL_THREADS - 1) / DIRECT_LL_THREADS;
+    int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
+    return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas < 1 ? 1 : nctas,
                                      (cudaStream_t)stream);
   }
   /* The bytes this rank moves: its share of the call. */
