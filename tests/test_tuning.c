@@ -19,6 +19,7 @@
 #include "core/comm.h"
 #include "core/comm_topo.h"
 #include "sched/tuning.h"
+#include "topo/topo.h"
 
 static struct weft_peer_info peers[8];
 
@@ -520,6 +521,54 @@ START_TEST(tuning_line) {
 }
 END_TEST
 
+/* comm->gpu_path from NCCL topology files (tests/topo/, found next to
+ * this source file): the slowest pair of GPU ranks decides. */
+static struct weft_topo *topo_file(const char *name) {
+  char path[1024];
+  const char *src = __FILE__, *slash = strrchr(src, '/');
+  snprintf(path, sizeof(path), "%.*stopo/%s", slash ? (int)(slash - src + 1) : 0, src, name);
+  struct weft_topo *t = NULL;
+  ck_assert_int_eq(weft_topo_load_xml(path, &t), ncclSuccess);
+  return t;
+}
+
+/* Ranks r on GPU gpus[r] of one host (bus ids that name the GPU). */
+static int gpu_path(const struct weft_topo *t, const int *gpus, int n) {
+  struct weft_peer_info p[8];
+  memset(p, 0, sizeof(p));
+  for (int r = 0; r < n; r++) {
+    p[r].cuda_dev = gpus[r];
+    snprintf(p[r].busid, sizeof(p[r].busid), "gpu%d", gpus[r]);
+  }
+  struct ncclComm c = fake_comm(n, 0);
+  c.peers = p;
+  return weft_comm_gpu_path(&c, t, gpus);
+}
+
+START_TEST(gpu_path_topo) {
+  struct weft_topo *hgx = topo_file("hgx-h100-8gpu-8nic.xml");
+  const int eight[8] = {0, 1, 2, 3, 4, 5, 6, 7}, one[4] = {0, 0, 0, 0};
+  ck_assert_int_eq(gpu_path(hgx, eight, 8), WEFT_TUNE_NVLINK);
+  ck_assert_int_eq(gpu_path(hgx, one, 4), WEFT_TUNE_SAME_GPU);
+  ck_assert_int_eq(gpu_path(hgx, one, 1), 0); /* one rank */
+  weft_topo_free(hgx);
+  /* Pairs of GPUs under PCIe switches: p2p within a switch pair and
+   * across the pairs of one PCIe tree (PXB); through the CPU (PHB) the
+   * shm transport stages through host memory. */
+  struct weft_topo *pci = topo_file("pcie-switch-pairs.xml");
+  const int pair[2] = {0, 1}, pxb[3] = {0, 1, 2}, phb[3] = {0, 1, 4};
+  ck_assert_int_eq(gpu_path(pci, pair, 2), WEFT_TUNE_PCIE);
+  ck_assert_int_eq(gpu_path(pci, pxb, 3), WEFT_TUNE_PCIE);
+  ck_assert_int_eq(gpu_path(pci, phb, 3), WEFT_TUNE_STAGED);
+  pci->policy.shm_disable = 1;
+  ck_assert_int_eq(gpu_path(pci, phb, 3), WEFT_TUNE_NET);
+  /* A GPU the topology lacks: unknown. */
+  const int lost[2] = {0, -1};
+  ck_assert_int_eq(gpu_path(pci, lost, 2), 0);
+  weft_topo_free(pci);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tuning");
   TCase *tc = tcase_create("proto");
@@ -551,6 +600,7 @@ int main(void) {
   tcase_add_test(tc, fitted_nearest);
   tcase_add_test(tc, path_types);
   tcase_add_test(tc, tuning_line);
+  tcase_add_test(tc, gpu_path_topo);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* Each test in its own process: the environment is read once. */

@@ -143,10 +143,7 @@ static enum weft_tune_path pair_path(const struct ncclComm *comm, const struct w
                                                                         : WEFT_TUNE_PCIE;
 }
 
-/* comm->gpu_path: the slowest pair's (net above staged above PCIe above
- * NVLink above the same GPU); 0 when some rank has no GPU, or one this
- * process's topology does not know. Ranks on several hosts are net. */
-static int gpu_path_of(const struct ncclComm *comm, const struct weft_topo *t, const int *gpus) {
+int weft_comm_gpu_path(const struct ncclComm *comm, const struct weft_topo *t, const int *gpus) {
   static const int rank_of[WEFT_TUNE_PATH_COUNT] = {[WEFT_TUNE_SAME_GPU] = 1,
                                                     [WEFT_TUNE_NVLINK] = 2,
                                                     [WEFT_TUNE_PCIE] = 3,
@@ -301,7 +298,7 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
     gpus[r] = peer_gpu(comm, t, r);
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
-  comm->gpu_path = gpu_path_of(comm, t, gpus);
+  comm->gpu_path = weft_comm_gpu_path(comm, t, gpus);
   comm->host_channels = weft_comm_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);
   /* A dump that cannot be written has been WARNed; like NCCL, init goes on. */
