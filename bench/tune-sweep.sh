@@ -2,15 +2,19 @@
 # tune-sweep.sh: the runs the tuning model is fitted from. weft-bench once
 # per forced NCCL_ALGO x NCCL_PROTO and once by default, each writing
 # --json into DIR (and a short run with NCCL_DEBUG_SUBSYS=TUNING, whose
-# lines name the path type); then weft-fit prints the rows for sched/tuning_fit.c
-# and the verification table (also kept in DIR/fit.txt).
+# lines name the path type); then weft-fit prints the rows for
+# sched/tuning_fit.c and the verification table (also kept in
+# DIR/fit.txt). Exit: weft-fit's (1 only with --check), 2 on errors.
 #
 # usage: tune-sweep.sh [-o DIR] [--bench PATH] [--fit PATH] [--algos LIST]
-#                      [--protos LIST] [--path NAME] [--machine NAME] [--check]
-#                      -- COLLECTIVE [weft-bench flags...]
+#                      [--protos LIST] [--ll-max SIZE] [--path NAME]
+#                      [--machine NAME] [--check] -- COLLECTIVE [weft-bench flags...]
 #   --algos   default "Ring Tree Direct" for allreduce, "Ring" otherwise
 #   --protos  default "Simple LL", "Simple" with --cpu or WEFT_DEVICE=cpu
 #             (host ranks run Simple whatever NCCL_PROTO says)
+#   --ll-max  LL runs stop at SIZE (weft-bench's -e), where LL has long
+#             lost (its lines are half flag) and its largest sizes would
+#             take most of the sweep's time; default: the whole range
 #   --path    the path type of the rows; default: the one the default
 #             run's TUNING lines name
 #   --check   exit 1 when the default is not within 10% of the best forced
@@ -19,7 +23,8 @@
 #   else next to this script, else on PATH.
 # Example (docs/PERFORMANCE.md, "Tuning model"):
 #   bench/tune-sweep.sh -o /tmp/sweep-8 --bench build/bench/weft-bench \
-#     --fit build/bench/weft-fit -- allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 2 -n 5 -w 1 -c 0
+#     --fit build/bench/weft-fit --ll-max 64M -- \
+#     allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 2 -n 10 -w 2 -c 0
 set -u
 
 die() {
@@ -35,6 +40,7 @@ protos=
 path=
 machine=
 check=
+llmax=
 while [ $# -gt 0 ]; do
   case $1 in
     -o) dir=${2:?-o: expected a directory}; shift 2 ;;
@@ -43,6 +49,7 @@ while [ $# -gt 0 ]; do
     --algos) algos=${2:?--algos: expected a list}; shift 2 ;;
     --protos) protos=${2:?--protos: expected a list}; shift 2 ;;
     --path) path=${2:?--path: expected a path type}; shift 2 ;;
+    --ll-max) llmax=${2:?--ll-max: expected a size}; shift 2 ;;
     --machine) machine=${2:?--machine: expected a name}; shift 2 ;;
     --check) check=--check; shift ;;
     --) shift; break ;;
@@ -80,8 +87,11 @@ configs=
 for a in $algos; do
   for p in $protos; do
     name=$a-$p
-    echo "tune-sweep.sh: NCCL_ALGO=$a NCCL_PROTO=$p $cmd" >&2
-    if NCCL_ALGO=$a NCCL_PROTO=$p "$bench" "$@" --json "$dir/$name.json" >"$dir/$name.txt" 2>&1; then
+    cap=
+    [ "$p" = LL ] && [ -n "$llmax" ] && cap="-e $llmax"
+    echo "tune-sweep.sh: NCCL_ALGO=$a NCCL_PROTO=$p $cmd${cap:+ $cap}" >&2
+    # shellcheck disable=SC2086 # cap is empty or two words
+    if NCCL_ALGO=$a NCCL_PROTO=$p "$bench" "$@" $cap --json "$dir/$name.json" >"$dir/$name.txt" 2>&1; then
       configs="$configs $a/$p=$dir/$name.json"
     else
       echo "tune-sweep.sh: $a/$p failed (exit $?), left out; see $dir/$name.txt" >&2
@@ -105,7 +115,7 @@ if [ -z "$path" ]; then
 fi
 
 # shellcheck disable=SC2086 # configs is a list of words without blanks in them
-"$fit" --path "$path" --command "$cmd" ${machine:+--machine "$machine"} $check $configs \
+"$fit" --path "$path" --command "$cmd${llmax:+ (LL runs: -e $llmax)}" ${machine:+--machine "$machine"} $check $configs \
   default="$dir/default.json" >"$dir/fit.txt"
 rc=$?
 cat "$dir/fit.txt"
