@@ -74,29 +74,36 @@ static int add_sample(struct parser *j, double bytes, double t) {
 
 static int parse_value(struct parser *j, int depth, const char *key, struct object *parent);
 
+/* The members of an object, after its '{', into o. */
+static int parse_members(struct parser *j, int depth, struct object *o) {
+  char name[64];
+  skip_ws(j);
+  if (*j->p == '}') {
+    j->p++;
+    return 0;
+  }
+  for (;;) {
+    skip_ws(j);
+    if (*j->p != '"') return fail(j, "expected a key");
+    if (parse_string(j, name, sizeof(name)) != 0) return -1;
+    skip_ws(j);
+    if (*j->p++ != ':') return fail(j, "expected ':' after \"%s\"", name);
+    if (parse_value(j, depth + 1, name, o) != 0) return -1;
+    skip_ws(j);
+    if (*j->p == ',') {
+      j->p++;
+      continue;
+    }
+    if (*j->p++ != '}') return fail(j, "expected ',' or '}'");
+    return 0;
+  }
+}
+
+/* An object; one with a size and the chosen placement's time is a sample. */
 static int parse_object(struct parser *j, int depth, const char *key, struct object *parent) {
   struct object o = {0};
-  char name[64];
   j->p++;
-  skip_ws(j);
-  if (*j->p == '}')
-    j->p++;
-  else
-    for (;;) {
-      skip_ws(j);
-      if (*j->p != '"') return fail(j, "expected a key");
-      if (parse_string(j, name, sizeof(name)) != 0) return -1;
-      skip_ws(j);
-      if (*j->p++ != ':') return fail(j, "expected ':' after \"%s\"", name);
-      if (parse_value(j, depth + 1, name, &o) != 0) return -1;
-      skip_ws(j);
-      if (*j->p == ',') {
-        j->p++;
-        continue;
-      }
-      if (*j->p++ != '}') return fail(j, "expected ',' or '}'");
-      break;
-    }
+  if (parse_members(j, depth, &o) != 0) return -1;
   if (parent != NULL && key != NULL && o.has_time) {
     if (strcmp(key, "out_of_place") == 0) parent->has_oop = 1, parent->oop = o.time;
     if (strcmp(key, "in_place") == 0) parent->has_ip = 1, parent->ip = o.time;
