@@ -441,6 +441,9 @@ START_TEST(fitted_own_buffers) {
   ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, &t), ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  /* Rows fitted on AllReduce do not decide AllGather's: still Direct. */
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   weft_tune_fits_use(NULL, 0);
 }
 END_TEST

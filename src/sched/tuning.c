@@ -251,8 +251,8 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
 /* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func,
  * and then *out: the collectives it has, where NCCL_ALGO allows it; by
  * default only where every rank shares one GPU (measured there,
- * docs/PERFORMANCE.md) unless fitted rows of the path say a plan is
- * faster; on several GPUs of one process when NCCL_ALGO names it. */
+ * docs/PERFORMANCE.md) unless rows of the path fitted on func say a plan
+ * is faster; on several GPUs of one process when NCCL_ALGO names it. */
 static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func func,
                        enum weft_tune_path path, double bytes, unsigned algos, unsigned protos,
                        struct choice *out) {
@@ -268,7 +268,11 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
   out->row = weft_tune_fit_find(path, func, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, n);
   out->us = out->row != NULL ? weft_tune_model_us(out->row, func, WEFT_ALGO_DIRECT, n, bytes) : 0;
   unsigned plans = algos & ~(1u << WEFT_ALGO_DIRECT);
-  if (comm->cuda_direct != 1 || out->row == NULL || !out->row->measured || plans == 0) return 1;
+  /* A Direct row fitted on another collective says little of this one's
+   * own-buffers kernel, whose steps are not a ring's: the rule holds. */
+  if (comm->cuda_direct != 1 || out->row == NULL || !out->row->measured || out->row->func != func ||
+      plans == 0)
+    return 1;
   struct choice plan;
   pick(path, func, n, bytes, plans, protos, &plan);
   return plan.row == NULL || !plan.row->measured || out->us <= plan.us;
