@@ -95,6 +95,13 @@ fi
 err=$("$fit" Ring/LL128="$dir/ring.json" 2>&1)
 [ $? = 2 ] || fail "LL128 accepted: $err"
 
+"$fit" --help 2>/dev/null || fail "--help: exit $?"
+"$fit" --min-bytes 1q Ring/Simple="$dir/ring.json" 2>/dev/null
+[ $? = 2 ] || fail "--min-bytes 1q accepted"
+# A size range: 2048, 8192 and 32768 B only.
+"$fit" --min-bytes 2K --max-bytes 32k Ring/Simple="$dir/ring.json" | grep -q ', 3 sizes, rms' ||
+  fail "--min-bytes 2K --max-bytes 32k: not 3 sizes fitted"
+
 # A real sweep of host ranks.
 WEFT_DEVICE=cpu "$sweep" -o "$dir/sweep" --bench "$bench" --fit "$fit" -- \
   allreduce --cpu -np 2 -b 8 -e 4K -f 8 -n 3 -w 1 -c 0 >"$dir/sweep.out" 2>&1

@@ -15,6 +15,7 @@
  * configuration the fitted rows would pick. docs/PERFORMANCE.md ("Tuning
  * model") says how tune-sweep.sh runs it. Exit 0; 1 with --check when the
  * default misses at some size; 2 on bad input. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,12 +62,29 @@ static int usage(const char *why) {
   return 2;
 }
 
+/* "4096", "64K", "4G" (powers of 1024, as weft-bench's -b and -e). */
+static int parse_bytes(const char *s, double *out) {
+  static const char units[] = "KMGT";
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || !(v >= 0)) return -1;
+  if (*end != '\0') {
+    const char *u = strchr(units, toupper((unsigned char)*end));
+    if (u == NULL || end[1] != '\0') return -1;
+    for (const char *k = units; k <= u; k++) v *= 1024;
+  }
+  *out = v;
+  return 0;
+}
+
 static int parse_opts(int argc, char **argv, struct opts *o, int *first) {
   o->min_bytes = 0, o->max_bytes = 1e300, o->tolerance = 0.10;
   int i = 1;
   for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
     const char *f = argv[i];
-    if (strcmp(f, "--in-place") == 0)
+    if (strcmp(f, "--help") == 0)
+      return usage("fits the tuning model's rows") - 1; /* 1: exit 0 */
+    else if (strcmp(f, "--in-place") == 0)
       o->in_place = 1;
     else if (strcmp(f, "--check") == 0)
       o->check = 1;
@@ -80,12 +98,11 @@ static int parse_opts(int argc, char **argv, struct opts *o, int *first) {
       o->machine = argv[++i];
     else if (strcmp(f, "--date") == 0)
       o->date = argv[++i];
-    else if (strcmp(f, "--min-bytes") == 0)
-      o->min_bytes = atof(argv[++i]);
-    else if (strcmp(f, "--max-bytes") == 0)
-      o->max_bytes = atof(argv[++i]);
-    else if (strcmp(f, "--tolerance") == 0)
-      o->tolerance = atof(argv[++i]);
+    else if (strcmp(f, "--min-bytes") == 0 || strcmp(f, "--max-bytes") == 0) {
+      if (parse_bytes(argv[++i], f[2] == 'm' && f[3] == 'i' ? &o->min_bytes : &o->max_bytes))
+        return usage("--min-bytes / --max-bytes: expected a size (8, 64K, 4G)");
+    } else if (strcmp(f, "--tolerance") == 0)
+      o->tolerance = strtod(argv[++i], NULL);
     else
       return usage("unknown flag");
   }
@@ -171,13 +188,17 @@ static void print_rows(const struct opts *o, struct fit_config *cfg, int ncfg, i
     weft_tune_coef(funcs[f].func, cfg[c].algo, n, &ca, &cb);
     double beta = cfg[c].line.beta > 0 ? cfg[c].line.beta * cb : 1e12;
     printf("    {%s, %s, %s, %s, %d, %.6g, %.6g, 1,\n     \"%s %s: NCCL_ALGO=%s NCCL_PROTO=%s ",
-           path >= 0 ? path_ids[path] : "WEFT_TUNE_?", funcs[f].id, algo_ids[cfg[c].algo],
-           proto_ids[cfg[c].proto], n, cfg[c].line.alpha_us / ca, beta, o->machine, o->date,
-           algo_names[cfg[c].algo], cfg[c].proto == WEFT_PROTO_LL ? "LL" : "Simple");
+           path >= 0 ? path_ids[path] : "WEFT_TUNE_PATH_NOT_GIVEN", funcs[f].id,
+           algo_ids[cfg[c].algo], proto_ids[cfg[c].proto], n, cfg[c].line.alpha_us / ca, beta,
+           o->machine, o->date, algo_names[cfg[c].algo],
+           cfg[c].proto == WEFT_PROTO_LL ? "LL" : "Simple");
     put_literal(o->command != NULL ? o->command : "(command not given)");
-    printf("\"}, /* %.4g us + B / %.4g GB/s, %d sizes, rms %.1f%% */\n", cfg[c].line.alpha_us,
-           cfg[c].line.beta > 0 ? cfg[c].line.beta / 1000 : 0.0, cfg[c].line.points,
-           100 * cfg[c].line.rms_rel);
+    printf("\"}, /* %.4g us", cfg[c].line.alpha_us);
+    if (cfg[c].line.beta > 0)
+      printf(" + B / %.4g GB/s", cfg[c].line.beta / 1000);
+    else
+      printf(", flat: no bandwidth term");
+    printf(", %d sizes, rms %.1f%% */\n", cfg[c].line.points, 100 * cfg[c].line.rms_rel);
   }
 }
 
@@ -228,7 +249,8 @@ static int print_verdicts(const struct opts *o, const struct fit_config *cfg, in
 int main(int argc, char **argv) {
   struct opts o = {0};
   int first;
-  if (parse_opts(argc, argv, &o, &first) != 0) return 2;
+  int rc = parse_opts(argc, argv, &o, &first);
+  if (rc != 0) return rc == 1 ? 0 : 2; /* 1: --help */
   int path = -1;
   if (o.path != NULL && (path = path_find(o.path)) < 0) return usage("--path: unknown path type");
   char host[64] = "unknown-host", today[16];
