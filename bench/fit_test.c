@@ -95,7 +95,8 @@ static void degenerate(void) {
 static void passes_and_extras(void) {
   const char *j =
       "{\"collective\": \"allgather\", \"nranks\": 4, \"new\": [1, {\"a\": [true, false]}],\n"
-      " \"passes\": [ {\"pass\": 0, \"rows\": [{\"size\": 64, \"out_of_place\": {\"time_us\": 7.5e0},"
+      " \"passes\": [ {\"pass\": 0, \"rows\": [{\"size\": 64, \"out_of_place\": {\"time_us\": "
+      "7.5e0},"
       " \"in_place\": {\"time_us\": 1}}, {\"size\": 128, \"out_of_place\": {\"time_us\": "
       "null}}]},\n"
       " {\"pass\": 1, \"rows\": [{\"size\": 64, \"extra\": {\"x\": \"}\"}, \"out_of_place\": "
