@@ -31,15 +31,17 @@
 #define PH "placeholder: hand-set before the model was fitted (sched/tuning_fit.c's header)"
 
 /* Placeholder rows of a path: Ring, Tree and Direct alike, Simple and LL. */
-#define PLACEHOLDERS(path, a_simple, b_simple, a_ll, b_ll)                                          \
-  {path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 0, a_simple, b_simple, 0, PH},     \
-      {path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 0, a_simple, b_simple, 0, PH}, \
-      {path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 0, a_simple, b_simple, 0,    \
-       PH},                                                                                         \
-      {path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 0, a_ll, b_ll, 0, PH},             \
-      {path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 0, a_ll, b_ll, 0, PH}, {           \
-    path, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_LL, 0, a_ll, b_ll, 0, PH                \
-  }
+#define PH_ROW(path, algo, proto, a, b) \
+  { path, WEFT_FUNC_ALLREDUCE, algo, proto, 0, a, b, 0, PH }
+/* clang-format off */
+#define PLACEHOLDERS(path, a_simple, b_simple, a_ll, b_ll)             \
+  PH_ROW(path, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, a_simple, b_simple),   \
+  PH_ROW(path, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, a_simple, b_simple),   \
+  PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, a_simple, b_simple), \
+  PH_ROW(path, WEFT_ALGO_RING, WEFT_PROTO_LL, a_ll, b_ll),               \
+  PH_ROW(path, WEFT_ALGO_TREE, WEFT_PROTO_LL, a_ll, b_ll),               \
+  PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_LL, a_ll, b_ll)
+/* clang-format on */
 
 static const struct weft_tune_fit fits[] = {
     /* Measured rows (weft-fit's output) go here. None yet: the GPU sweep
