@@ -11,12 +11,15 @@
  * both, chunks default to 512 KiB on host ranks and 4 MiB on the CUDA
  * engine, and the CUDA engine's lanes fit the GPU's SMs. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/comm.h"
 #include "core/comm_topo.h"
 #include "sched/tuning.h"
+#include "topo/topo.h"
 
 static struct weft_peer_info peers[8];
 
@@ -103,7 +106,8 @@ START_TEST(own_buffers_one_gpu) {
       /* The host engine keeps its own choice (Direct only for small
        * all-reduces). */
       ck_assert_int_eq(weft_tune(&c, 0, has[i], bytes, 4, &t), ncclSuccess);
-      if (bytes > 16384 || has[i] != WEFT_FUNC_ALLREDUCE) ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+      if (bytes > 16384 || has[i] != WEFT_FUNC_ALLREDUCE)
+        ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
     }
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_SEND, 4096, 4, &t), ncclSuccess);
   ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
@@ -317,6 +321,257 @@ START_TEST(channels_fit_tree) {
 }
 END_TEST
 
+/* The compiled table has a row for every path, algorithm and protocol,
+ * each with the figures the model divides by and where it came from. */
+START_TEST(table_complete) {
+  for (int p = 0; p < WEFT_TUNE_PATH_COUNT; p++)
+    for (int a = 0; a < WEFT_ALGO_COUNT; a++)
+      for (int q = 0; q < WEFT_PROTO_COUNT; q++) {
+        const struct weft_tune_fit *r =
+            weft_tune_fit_find((enum weft_tune_path)p, WEFT_FUNC_ALLREDUCE, a, q, 4);
+        ck_assert_msg(r != NULL, "no row for path %s algo %d proto %d",
+                      weft_tune_path_name((enum weft_tune_path)p), a, q);
+        ck_assert(r->beta > 0 && r->alpha_us >= 0);
+        ck_assert(r->source != NULL && strlen(r->source) > 10);
+      }
+}
+END_TEST
+
+#define ROW(path, algo, proto, n, alpha, beta, measured) \
+  { path, WEFT_FUNC_ALLREDUCE, algo, proto, n, alpha, beta, measured, "test" }
+
+/* Host ranks, 8 on shm, measured rows: Ring 14 x 10 us + 1.75 B / 1000,
+ * Tree 6 x 1 us + 2 B / 100: Tree up to 7342 bytes, Ring above; the
+ * estimate is the chosen row's time. */
+START_TEST(fitted_crossover) {
+  static const struct weft_tune_fit rows[] = {
+      ROW(WEFT_TUNE_SHM, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 10.0, 1000.0, 1),
+      ROW(WEFT_TUNE_SHM, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 1.0, 100.0, 1),
+  };
+  weft_tune_fits_use(rows, 2);
+  static const size_t sizes[] = {8, 4096, 7000, 7700, 16384, 1u << 20};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    struct weft_tuning t = tune(8, 1, WEFT_FUNC_ALLREDUCE, sizes[i]);
+    double ring = 140.0 + 1.75 * (double)sizes[i] / 1000.0;
+    double tree = 6.0 + 2.0 * (double)sizes[i] / 100.0;
+    ck_assert_int_eq(t.algo, tree < ring ? WEFT_ALGO_TREE : WEFT_ALGO_RING);
+    ck_assert_int_eq(t.algo, sizes[i] < 7342 ? WEFT_ALGO_TREE : WEFT_ALGO_RING);
+    ck_assert_float_eq_tol(t.estimated_us, tree < ring ? tree : ring, 1e-3);
+    ck_assert_int_eq(t.path, WEFT_TUNE_SHM);
+    ck_assert_int_eq(t.fitted, 1);
+  }
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* A placeholder does not compete with a measured row of its path: the
+ * Tree placeholder would be faster everywhere. */
+START_TEST(fitted_only_measured) {
+  static const struct weft_tune_fit rows[] = {
+      ROW(WEFT_TUNE_SHM, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 10.0, 1000.0, 1),
+      ROW(WEFT_TUNE_SHM, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 0, 0.001, 1e9, 0),
+      ROW(WEFT_TUNE_SOCKET, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 0, 10.0, 1000.0, 0),
+      ROW(WEFT_TUNE_SOCKET, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 0, 0.001, 1e9, 0),
+  };
+  weft_tune_fits_use(rows, 4);
+  ck_assert_int_eq(tune(8, 1, WEFT_FUNC_ALLREDUCE, 8).algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(tune(8, 1, WEFT_FUNC_ALLREDUCE, 1u << 20).algo, WEFT_ALGO_RING);
+  /* Where the path has no measured row, the placeholders compete. */
+  peers[1].host_hash = 1; /* another host: sockets */
+  struct weft_tuning t = tune(8, 1, WEFT_FUNC_ALLREDUCE, 8);
+  peers[1].host_hash = 0;
+  ck_assert_int_eq(t.path, WEFT_TUNE_SOCKET);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_TREE);
+  ck_assert_int_eq(t.fitted, 0);
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* The CUDA engine over NVLink, 2 ranks, measured Ring rows: Simple 2 x 5
+ * us + B / 1e5, LL 2 x 1 us + B / 1e4: LL up to 88888 bytes, Simple
+ * above; over net links Simple whatever the rows say. */
+START_TEST(fitted_protocol) {
+  static const struct weft_tune_fit rows[] = {
+      ROW(WEFT_TUNE_NVLINK, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 5.0, 1e5, 1),
+      ROW(WEFT_TUNE_NVLINK, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 1.0, 1e4, 1),
+      ROW(WEFT_TUNE_NET, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 5.0, 1e5, 1),
+      ROW(WEFT_TUNE_NET, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 1.0, 1e4, 1),
+  };
+  weft_tune_fits_use(rows, 4);
+  struct ncclComm c = fake_comm(2, 0);
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  struct weft_tuning t;
+  static const size_t sizes[] = {8, 8192, 80000, 100000, 1u << 20};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, sizes[i], 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.path, WEFT_TUNE_NVLINK);
+    ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+    ck_assert_int_eq(t.proto, sizes[i] < 88888 ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE);
+  }
+  c.cuda_net_links = 1;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.path, WEFT_TUNE_NET);
+  ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* One GPU's ranks (cuda_direct 1) take Direct on their own buffers while
+ * its row is a placeholder; once measured, the model decides: here Direct
+ * 2 us + 3 B / 1000 against Ring 6 x 10 us + 1.5 B / 1e6 on 4 ranks,
+ * Direct up to 19343 bytes. */
+START_TEST(fitted_own_buffers) {
+  static const struct weft_tune_fit rows[] = {
+      ROW(WEFT_TUNE_SAME_GPU, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 4, 2.0, 1000.0, 1),
+      ROW(WEFT_TUNE_SAME_GPU, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 4, 10.0, 1e6, 1),
+  };
+  struct ncclComm c = fake_comm(4, 0);
+  c.cuda_direct = 1;
+  c.gpu_path = WEFT_TUNE_SAME_GPU;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 30, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT); /* the compiled placeholders */
+  weft_tune_fits_use(rows, 2);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(t.fitted, 1);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 18000, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 21000, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  /* Rows fitted on AllReduce do not decide AllGather's: still Direct. */
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* The row nearest to a call: measured first, then the same collective,
+ * then the rank count nearest by ratio. */
+START_TEST(fitted_nearest) {
+  static const struct weft_tune_fit rows[] = {
+      ROW(WEFT_TUNE_PCIE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 0, 9.0, 1000.0, 0),
+      ROW(WEFT_TUNE_PCIE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 1.0, 1000.0, 1),
+      ROW(WEFT_TUNE_PCIE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 2.0, 1000.0, 1),
+      {WEFT_TUNE_PCIE, WEFT_FUNC_ALLGATHER, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 4, 3.0, 1000.0, 1,
+       "test"},
+  };
+  weft_tune_fits_use(rows, 4);
+  const enum weft_tune_path p = WEFT_TUNE_PCIE;
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_ALLREDUCE, 0, 0, 3)->alpha_us, 1.0);
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_ALLREDUCE, 0, 0, 6)->alpha_us, 2.0);
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_ALLREDUCE, 0, 0, 64)->alpha_us, 2.0);
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_ALLGATHER, 0, 0, 64)->alpha_us, 3.0);
+  /* Another collective's rows: the nearest rank count. */
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_BROADCAST, 0, 0, 4)->alpha_us, 3.0);
+  ck_assert_double_eq(weft_tune_fit_find(p, WEFT_FUNC_BROADCAST, 0, 0, 2)->alpha_us, 1.0);
+  ck_assert_ptr_null(weft_tune_fit_find(p, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, 0, 4));
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* The path type from what the communicator knows. */
+START_TEST(path_types) {
+  ck_assert_int_eq(tune(1, 1, WEFT_FUNC_ALLREDUCE, 64).path, WEFT_TUNE_LOCAL);
+  ck_assert_int_eq(tune(1, 0, WEFT_FUNC_ALLREDUCE, 64).path, WEFT_TUNE_LOCAL);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64).path, WEFT_TUNE_SHM);
+  peers[3].host_hash = 7;
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64).path, WEFT_TUNE_SOCKET);
+  peers[3].host_hash = 0;
+  struct ncclComm c = fake_comm(4, 0);
+  struct weft_tuning t;
+  static const enum weft_tune_path gpu[] = {WEFT_TUNE_SAME_GPU, WEFT_TUNE_NVLINK, WEFT_TUNE_PCIE,
+                                            WEFT_TUNE_STAGED, WEFT_TUNE_NET};
+  for (size_t i = 0; i < sizeof(gpu) / sizeof(gpu[0]); i++) {
+    c.gpu_path = gpu[i];
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64, 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.path, gpu[i]);
+  }
+  c.gpu_path = 0; /* the topology did not say: what the engine knows */
+  c.cuda_direct = 1;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.path, WEFT_TUNE_SAME_GPU);
+  c.cuda_net_links = 1;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 64, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.path, WEFT_TUNE_NET);
+}
+END_TEST
+
+/* NCCL_DEBUG_SUBSYS=TUNING: the line names the path, the choice and the
+ * estimate (shm's placeholder on 4 ranks: 6 x 3 us + 1.5 x 4096 / 5000),
+ * and whether its row is fitted. */
+START_TEST(tuning_line) {
+  char path[64];
+  snprintf(path, sizeof(path), "/tmp/weft-test-tuning.%d", (int)getpid());
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  setenv("NCCL_ALGO", "Ring", 1);
+  tune(4, 1, WEFT_FUNC_ALLREDUCE, 4096);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[512], all[4096] = "";
+  while (fgets(line, sizeof(line), f) != NULL && strlen(all) + strlen(line) < sizeof(all))
+    strcat(all, line);
+  fclose(f);
+  unlink(path);
+  ck_assert_msg(
+      strstr(all, "AllReduce 4096 bytes nranks 4 path shm: Ring, Simple, 1 channel") != NULL, "%s",
+      all);
+  ck_assert_msg(strstr(all, "(est 19.2 us, placeholder)") != NULL, "%s", all);
+}
+END_TEST
+
+/* comm->gpu_path from NCCL topology files (tests/topo/, found next to
+ * this source file): the slowest pair of GPU ranks decides. */
+static struct weft_topo *topo_file(const char *name) {
+  char path[1024];
+  const char *src = __FILE__, *slash = strrchr(src, '/');
+  snprintf(path, sizeof(path), "%.*stopo/%s", slash ? (int)(slash - src + 1) : 0, src, name);
+  struct weft_topo *t = NULL;
+  ck_assert_int_eq(weft_topo_load_xml(path, &t), ncclSuccess);
+  return t;
+}
+
+/* Ranks r on GPU gpus[r] of one host (bus ids that name the GPU). */
+static int gpu_path(const struct weft_topo *t, const int *gpus, int n) {
+  struct weft_peer_info p[8];
+  memset(p, 0, sizeof(p));
+  for (int r = 0; r < n; r++) {
+    p[r].cuda_dev = gpus[r];
+    snprintf(p[r].busid, sizeof(p[r].busid), "gpu%d", gpus[r]);
+  }
+  struct ncclComm c = fake_comm(n, 0);
+  c.peers = p;
+  return weft_comm_gpu_path(&c, t, gpus);
+}
+
+START_TEST(gpu_path_topo) {
+  struct weft_topo *hgx = topo_file("hgx-h100-8gpu-8nic.xml");
+  const int eight[8] = {0, 1, 2, 3, 4, 5, 6, 7}, one[4] = {0, 0, 0, 0};
+  ck_assert_int_eq(gpu_path(hgx, eight, 8), WEFT_TUNE_NVLINK);
+  ck_assert_int_eq(gpu_path(hgx, one, 4), WEFT_TUNE_SAME_GPU);
+  ck_assert_int_eq(gpu_path(hgx, one, 1), 0); /* one rank */
+  weft_topo_free(hgx);
+  /* Pairs of GPUs under PCIe switches: p2p within a switch pair and
+   * across the pairs of one PCIe tree (PXB); through the CPU (PHB) the
+   * shm transport stages through host memory. */
+  struct weft_topo *pci = topo_file("pcie-switch-pairs.xml");
+  const int pair[2] = {0, 1}, pxb[3] = {0, 1, 2}, phb[3] = {0, 1, 4};
+  ck_assert_int_eq(gpu_path(pci, pair, 2), WEFT_TUNE_PCIE);
+  ck_assert_int_eq(gpu_path(pci, pxb, 3), WEFT_TUNE_PCIE);
+  ck_assert_int_eq(gpu_path(pci, phb, 3), WEFT_TUNE_STAGED);
+  pci->policy.shm_disable = 1;
+  ck_assert_int_eq(gpu_path(pci, phb, 3), WEFT_TUNE_NET);
+  /* A GPU the topology lacks: unknown. */
+  const int lost[2] = {0, -1};
+  ck_assert_int_eq(gpu_path(pci, lost, 2), 0);
+  weft_topo_free(pci);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tuning");
   TCase *tc = tcase_create("proto");
@@ -340,6 +595,15 @@ int main(void) {
   tcase_add_test(tc, channels_env);
   tcase_add_test(tc, channels_fit_ring);
   tcase_add_test(tc, channels_fit_tree);
+  tcase_add_test(tc, table_complete);
+  tcase_add_test(tc, fitted_crossover);
+  tcase_add_test(tc, fitted_only_measured);
+  tcase_add_test(tc, fitted_protocol);
+  tcase_add_test(tc, fitted_own_buffers);
+  tcase_add_test(tc, fitted_nearest);
+  tcase_add_test(tc, path_types);
+  tcase_add_test(tc, tuning_line);
+  tcase_add_test(tc, gpu_path_topo);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   /* Each test in its own process: the environment is read once. */

@@ -92,6 +92,12 @@ struct ncclComm {
    * threads, 0 for the tuning's own default (core/comm_topo.c). The same
    * on every rank. */
   int host_channels;
+  /* The slowest kind of link between two GPU ranks of the communicator, an
+   * enum weft_tune_path (sched/tuning_model.h) for the tuning model: same
+   * GPU, NVLink, PCIe, staged or net; 0 where a rank has no GPU the
+   * topology knows (core/comm_topo.c). Over every pair, so the same on
+   * every rank that sees the same topology. */
+  int gpu_path;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

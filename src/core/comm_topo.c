@@ -16,6 +16,7 @@
 #include "base/check.h"
 #include "core/device.h"
 #include "base/param.h"
+#include "sched/tuning_model.h"
 #include "topo/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;
@@ -126,6 +127,42 @@ static ncclResult_t decide_transports(struct ncclComm *comm, const struct weft_t
     INFO(WEFT_GRAPH, "rank %d -> rank %d: %s (%s)", me, r, weft_topo_transport_name(x), why);
   }
   return ncclSuccess;
+}
+
+/* The tuning model's path type of one pair of GPU ranks. */
+static enum weft_tune_path pair_path(const struct ncclComm *comm, const struct weft_topo *t,
+                                     const int *gpus, int a, int b) {
+  enum weft_topo_transport x;
+  int same_host = comm->peers[a].host_hash == comm->peers[b].host_hash;
+  if (weft_topo_choose_transport(t, gpus[a], gpus[b], same_host, &x) != ncclSuccess)
+    return WEFT_TUNE_LOCAL;
+  if (x == WEFT_TRANSPORT_NET) return WEFT_TUNE_NET;
+  if (x == WEFT_TRANSPORT_SHM) return WEFT_TUNE_STAGED;
+  if (weft_peer_same_gpu(&comm->peers[a], &comm->peers[b])) return WEFT_TUNE_SAME_GPU;
+  return weft_topo_gpu_path(t, gpus[a], gpus[b])->type == WEFT_PATH_NVL ? WEFT_TUNE_NVLINK
+                                                                        : WEFT_TUNE_PCIE;
+}
+
+int weft_comm_gpu_path(const struct ncclComm *comm, const struct weft_topo *t, const int *gpus) {
+  static const int rank_of[WEFT_TUNE_PATH_COUNT] = {[WEFT_TUNE_SAME_GPU] = 1,
+                                                    [WEFT_TUNE_NVLINK] = 2,
+                                                    [WEFT_TUNE_PCIE] = 3,
+                                                    [WEFT_TUNE_STAGED] = 4,
+                                                    [WEFT_TUNE_NET] = 5};
+  if (comm->nranks < 2) return 0;
+  for (int a = 0; a < comm->nranks; a++)
+    if (comm->peers[a].cuda_dev < 0) return 0;
+  for (int a = 0; a < comm->nranks; a++)
+    if (comm->peers[a].host_hash != comm->peers[0].host_hash) return WEFT_TUNE_NET;
+  enum weft_tune_path worst = WEFT_TUNE_SAME_GPU;
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++) {
+      if (gpus[a] < 0 || gpus[b] < 0) return 0;
+      enum weft_tune_path p = pair_path(comm, t, gpus, a, b);
+      if (p == WEFT_TUNE_LOCAL) return 0;
+      if (rank_of[p] > rank_of[worst]) worst = p;
+    }
+  return (int)worst;
 }
 
 /* The host engine's default most channels (comm->host_channels), where
@@ -261,6 +298,7 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
     gpus[r] = peer_gpu(comm, t, r);
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
+  comm->gpu_path = weft_comm_gpu_path(comm, t, gpus);
   comm->host_channels = weft_comm_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);
   /* A dump that cannot be written has been WARNed; like NCCL, init goes on. */

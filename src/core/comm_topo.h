@@ -21,4 +21,11 @@ int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int 
  * else 0, the socket network's NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD. */
 int weft_comm_host_link_threads(int host_channels);
 
+struct weft_topo;
+/* comm->gpu_path for GPU ranks whose GPUs are gpus[] in t (-1: not in
+ * it): the slowest pair's path type (net above staged above PCIe above
+ * NVLink above the same GPU); 0 when some rank has no GPU, or one t does
+ * not know. Ranks on several hosts are net. */
+int weft_comm_gpu_path(const struct ncclComm *comm, const struct weft_topo *t, const int *gpus);
+
 #endif

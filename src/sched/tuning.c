@@ -1,20 +1,18 @@
-/* Tuning: a cost model picks the algorithm of each collective, and the
- * channel count and chunk size follow the message size; NCCL_ALGO,
- * NCCL_PROTO, NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS override, read once
- * per process in NCCL's syntax.
+/* Tuning: a cost model picks the algorithm and protocol of each
+ * collective, and the channel count and chunk size follow the message
+ * size; NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS
+ * override, read once per process in NCCL's syntax.
  *
- * The model is latency + bytes / bandwidth per algorithm, with a latency
- * (alpha) and a bandwidth (beta) per transport: shared memory when every
- * peer is on this host and NCCL_SHM_DISABLE is not set, else sockets. The
- * numbers are host-rank figures measured with weft-bench on a small machine;
- * they only need to be right relative to each other, and they give
- * ncclGroupSimulateEnd its estimate.
+ * The model is latency + bytes / bandwidth per algorithm, with a link's
+ * latency (alpha) and bandwidth (beta) per path type, algorithm and
+ * protocol from the table of sched/tuning_fit.c: fitted from weft-bench
+ * runs (bench/tune-sweep.sh, bench/weft-fit) where measured, the old
+ * hand-set figures where not. The choice is the (algorithm, protocol)
+ * whose time is least among those NCCL_ALGO and NCCL_PROTO allow, and its
+ * time is ncclGroupSimulateEnd's estimate. NCCL_DEBUG_SUBSYS=TUNING logs
+ * the path type, the choice and the estimate of every call.
  *
- * The protocol matters on the CUDA engine only (host ranks run Simple):
- * there the same latency + bytes / bandwidth, with the kernels' figures per
- * protocol, weighs LL against Simple per step (LL's measured latency is
- * not yet established as lower, so it is chosen only when NCCL_PROTO
- * forces it; see CUDA_LL_ALPHA_US). */
+ * The protocol matters on the CUDA engine only (host ranks run Simple). */
 #include "sched/tuning.h"
 
 #include <math.h>
@@ -25,13 +23,6 @@
 #include "core/comm.h"
 #include "base/debug.h"
 #include "base/param.h"
-
-/* Per-step latency in microseconds and bandwidth in bytes per microsecond. */
-#define SHM_ALPHA_US 3.0
-#define SHM_BETA 5000.0 /* 5 GB/s */
-#define SOCK_ALPHA_US 15.0
-#define SOCK_BETA 1000.0   /* 1 GB/s */
-#define LOCAL_BETA 10000.0 /* one rank: a memory copy */
 
 #define DEFAULT_CHUNK (512 * 1024)
 /* The CUDA engine's step is a chunk, and the pipeline drains at every
@@ -51,31 +42,9 @@
 /* Bytes per channel below which another channel does not pay off. */
 #define BYTES_PER_CHANNEL (1024 * 1024)
 
-/* Direct sends n-1 copies of the input: worth it only while latency rules. */
+/* Direct sends n-1 copies of the input: worth it only while latency rules;
+ * a placeholder row is trusted up to this size (a fitted one everywhere). */
 #define DIRECT_MAX_BYTES (16 * 1024)
-
-/* The CUDA engine's kernels (src/device/), per step on a link: Simple
- * waits for a slot, copies, fences and publishes a counter that the peer
- * then reads; LL's lines carry their own flags, so no fence, but half of
- * every line is flag and every line is polled. Measured on an H200 (2
- * ranks on the one GPU, one lane, 2026-11-29, tests/test_gpu_plan.c's
- * ll_speed): LL took 13.4 us against Simple's 12.8 us at 256 bytes, 19.0
- * against 13.9 at 32 KiB and 3x Simple's time from 512 KiB. weft-bench
- * through the API (2 ranks, docs/PERFORMANCE.md, two separate runs) had LL
- * ahead up to 8 KiB (15.3 against 18.7 us at 8 B) and behind from 128
- * KiB. Until one run measures both, the model gives LL a latency just
- * above Simple's and its lower bandwidth: it never picks LL, and
- * NCCL_PROTO=LL forces it. */
-#define CUDA_SIMPLE_ALPHA_US 4.0
-#define CUDA_SIMPLE_BETA 100000.0 /* 100 GB/s */
-#define CUDA_LL_ALPHA_US 4.2
-#define CUDA_LL_BETA 18000.0 /* 18 GB/s */
-
-/* Direct on the ranks' own buffers (one kernel, two waits on the peers):
- * a first estimate for reports (ncclGroupSimulateEnd, TUNING lines), not
- * yet fitted; the choice does not depend on it. */
-#define CUDA_DIRECT_ALPHA_US 6.0
-#define CUDA_DIRECT_BETA 1000000.0 /* 1 TB/s */
 
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
@@ -138,29 +107,22 @@ static int comm_on_shm(const struct ncclComm *comm) {
   return 1;
 }
 
-/* The model: microseconds for func moving `bytes` (the caller's buffer; for
- * AllGather/ReduceScatter one rank's share) with algo over n ranks. */
-static double model_us(enum weft_func func, enum weft_algo algo, int n, double bytes, double alpha,
-                       double beta) {
-  if (n == 1) return bytes / LOCAL_BETA;
-  double steps = n - 1;
-  switch (func) {
-    case WEFT_FUNC_ALLREDUCE:
-      if (algo == WEFT_ALGO_TREE) return 2.0 * ceil(log2(n)) * alpha + 2.0 * bytes / beta;
-      if (algo == WEFT_ALGO_DIRECT) return alpha + steps * bytes / beta;
-      return 2.0 * steps * alpha + 2.0 * steps / n * bytes / beta;
-    case WEFT_FUNC_ALLGATHER:
-    case WEFT_FUNC_REDUCESCATTER: return steps * alpha + steps * bytes / beta;
-    case WEFT_FUNC_BROADCAST:
-    case WEFT_FUNC_REDUCE: return steps * alpha + bytes / beta; /* a pipelined chain */
-    default: return alpha + bytes / beta;                       /* send/recv */
-  }
+/* The path type whose rows the model reads. GPU ranks: the topology's
+ * answer (comm->gpu_path), else what the engine knows; the same on every
+ * rank, as every input of the choice must be. */
+static enum weft_tune_path tune_path(const struct ncclComm *comm, int kernels) {
+  if (comm->nranks == 1) return WEFT_TUNE_LOCAL;
+  if (!kernels) return comm_on_shm(comm) ? WEFT_TUNE_SHM : WEFT_TUNE_SOCKET;
+  if (comm->cuda_net_links) return WEFT_TUNE_NET;
+  if (comm->gpu_path > 0 && comm->gpu_path < WEFT_TUNE_PATH_COUNT)
+    return (enum weft_tune_path)comm->gpu_path;
+  if (comm->cuda_direct == 1) return WEFT_TUNE_SAME_GPU;
+  return comm_on_shm(comm) ? WEFT_TUNE_NVLINK : WEFT_TUNE_NET;
 }
 
-/* The allowed algorithm the model says is fastest (Ring when NCCL_ALGO
- * leaves nothing weft has for func). */
-static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double alpha, double beta,
-                                int cuda, double *est_out) {
+/* The algorithms the model may pick for func: NCCL_ALGO's (Ring when it
+ * leaves nothing weft has for func); Tree and Direct are AllReduce's. */
+static unsigned algos_allowed(enum weft_func func, int cuda) {
   unsigned mask = tuning.algo_mask[func];
   /* On the CUDA engine Direct adds a second kernel (the rank-ordered
    * reduction), keeps a group from being one launch, and has not been
@@ -174,20 +136,66 @@ static enum weft_algo pick_algo(enum weft_func func, int n, double bytes, double
    * simulated hosts, loopback, 2026-12-02) an 8 B all-reduce took 31.7 us
    * with Direct against 52.5 us with Ring, 32 KiB 42.7 against 67.7. */
   if (cuda == 1 && weft_param_str(WEFT_PARAM_ALGO) == NULL) mask &= ~(1u << WEFT_ALGO_DIRECT);
-  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING; /* tree, direct: AllReduce only */
-  if (mask == 0) mask = 1u << WEFT_ALGO_RING;
-  /* Direct past its size only when NCCL_ALGO asks for nothing else. */
-  if (bytes > DIRECT_MAX_BYTES && (mask & ~(1u << WEFT_ALGO_DIRECT)) != 0)
-    mask &= ~(1u << WEFT_ALGO_DIRECT);
-  enum weft_algo best = WEFT_ALGO_RING;
-  double best_us = -1;
-  for (int a = 0; a < WEFT_ALGO_COUNT; a++) {
-    if (!(mask & (1u << a))) continue;
-    double us = model_us(func, (enum weft_algo)a, n, bytes, alpha, beta);
-    if (best_us < 0 || us < best_us) best = (enum weft_algo)a, best_us = us;
+  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING;
+  return mask != 0 ? mask : 1u << WEFT_ALGO_RING;
+}
+
+/* The protocols it may pick (bits of PROTO_*): NCCL_PROTO's on the CUDA
+ * engine; Simple on host ranks, one rank and net links (LL's flags cannot
+ * cross the network). Both ends of a link must run the same protocol.
+ * Every rank tunes a collective alike, but a send and its receive are
+ * tuned as different calls (sizes, NCCL_PROTO sections), so they get LL
+ * only when NCCL_PROTO allows nothing else for sends and receives both. */
+static unsigned protos_allowed(const struct ncclComm *comm, int kernels, enum weft_func func) {
+  const unsigned simple = 1u << PROTO_SIMPLE, ll = 1u << PROTO_LL;
+  if (!kernels || comm->nranks == 1 || comm->cuda_net_links) return simple;
+  if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
+    unsigned both = tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV];
+    return (both & WEFT_PROTOS) == ll ? ll : simple;
   }
-  *est_out = best_us;
-  return best;
+  return tuning.proto_mask[func] & WEFT_PROTOS; /* never 0: tuning_load */
+}
+
+struct choice {
+  enum weft_algo algo;
+  enum weft_proto proto;
+  const struct weft_tune_fit *row; /* NULL: the table has none for the path */
+  double us;
+};
+
+/* The least of the model over the allowed algorithms and protocols. Where
+ * the path has a measured row among them, only measured rows compete: a
+ * placeholder's figure says nothing against a fitted one. */
+static void pick(enum weft_tune_path path, enum weft_func func, int n, double bytes, unsigned algos,
+                 unsigned protos, struct choice *out) {
+  int measured = 0;
+  for (int a = 0; a < WEFT_ALGO_COUNT; a++)
+    for (int p = 0; p < WEFT_PROTO_COUNT; p++) {
+      if (!(algos & (1u << a)) || !(protos & (1u << p))) continue;
+      const struct weft_tune_fit *r = weft_tune_fit_find(path, func, a, p, n);
+      measured |= r != NULL && r->measured;
+    }
+  out->row = NULL;
+  out->algo = WEFT_ALGO_RING;
+  out->proto = (protos & (1u << PROTO_SIMPLE)) ? WEFT_PROTO_SIMPLE : WEFT_PROTO_LL;
+  out->us = 0;
+  for (int a = 0; a < WEFT_ALGO_COUNT; a++)
+    for (int p = 0; p < WEFT_PROTO_COUNT; p++) {
+      if (!(algos & (1u << a)) || !(protos & (1u << p))) continue;
+      const struct weft_tune_fit *r = weft_tune_fit_find(path, func, a, p, n);
+      if (r == NULL || (measured && !r->measured)) continue;
+      /* Direct past its size only when NCCL_ALGO asks for nothing else,
+       * until a fit says where it stops paying. */
+      if (a == WEFT_ALGO_DIRECT && !r->measured && bytes > DIRECT_MAX_BYTES &&
+          (algos & ~(1u << WEFT_ALGO_DIRECT)) != 0)
+        continue;
+      double us = weft_tune_model_us(r, func, (enum weft_algo)a, n, bytes);
+      if (out->row != NULL && us >= out->us) continue;
+      out->algo = (enum weft_algo)a;
+      out->proto = (enum weft_proto)p;
+      out->row = r;
+      out->us = us;
+    }
 }
 
 int weft_tune_max_channels(int cuda_engine) {
@@ -213,7 +221,7 @@ static int pick_nchannels(const struct ncclComm *comm, int kernels, size_t total
   if (algo == WEFT_ALGO_DIRECT) return 1; /* one lane per peer, on channel 0 */
   int64_t lo = weft_param_int(WEFT_PARAM_MIN_NCHANNELS);
   int64_t hi = kernels || comm->host_channels < 1 ? weft_tune_max_channels(kernels)
-                                                   : weft_tune_max_channels_or(comm->host_channels);
+                                                  : weft_tune_max_channels_or(comm->host_channels);
   int64_t max = algo == WEFT_ALGO_TREE ? WEFT_MAX_CHANNELS / 2 : WEFT_MAX_CHANNELS;
   if (kernels && comm->cuda_max_lanes > 0) {
     int64_t lanes = comm->cuda_max_lanes / (algo == WEFT_ALGO_TREE ? 4 : 1);
@@ -240,90 +248,65 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
   return chunk < elem_size ? elem_size : chunk;
 }
 
-/* Bytes one step of the plan moves on a link (src/sched/ring.c, tree.c,
- * with the chunk and channels chosen): a ring AllReduce step carries one
- * position's slice of a round, a tree step a chunk of one of the 2 *
- * nchannels parts, Direct the whole input, the others a chunk of a
- * channel's part of the buffer (a rank's block for AllGather and
- * ReduceScatter). */
-static double step_bytes(enum weft_func func, enum weft_algo algo, int n, size_t bytes,
-                         int nchannels, size_t chunk) {
-  double lane = (double)bytes / nchannels;
-  if (algo == WEFT_ALGO_DIRECT) return (double)bytes;
-  if (algo == WEFT_ALGO_TREE) lane /= 2;
-  if (func == WEFT_FUNC_ALLREDUCE && algo == WEFT_ALGO_RING) lane /= n;
-  return lane < (double)chunk ? lane : (double)chunk;
-}
-
-/* The protocol the CUDA engine runs (host ranks run Simple whatever is
- * asked): the one NCCL_PROTO leaves, else the one the model says moves a
- * step faster. Both ends of a link must run the same protocol. Every rank
- * tunes a collective alike, but a send and its receive are tuned as
- * different calls (sizes, NCCL_PROTO sections), so they get LL only when
- * NCCL_PROTO allows nothing else for sends and receives both. */
-static enum weft_proto pick_proto(const struct ncclComm *comm, int kernels, enum weft_func func,
-                                  enum weft_algo algo, size_t bytes, int nchannels, size_t chunk) {
-  const unsigned ll = 1u << PROTO_LL;
-  if (!kernels || comm->nranks == 1 || comm->cuda_net_links) return WEFT_PROTO_SIMPLE;
-  if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
-    unsigned both = (tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV]);
-    return (both & WEFT_PROTOS) == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
-  }
-  unsigned mask = tuning.proto_mask[func] & WEFT_PROTOS;
-  if (mask != WEFT_PROTOS) return mask == ll ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
-  double b = step_bytes(func, algo, comm->nranks, bytes, nchannels, chunk);
-  double simple = CUDA_SIMPLE_ALPHA_US + b / CUDA_SIMPLE_BETA;
-  double low = CUDA_LL_ALPHA_US + b / CUDA_LL_BETA;
-  return low < simple ? WEFT_PROTO_LL : WEFT_PROTO_SIMPLE;
-}
-
-/* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func:
- * the collectives it has, where NCCL_ALGO allows it; by default only where
- * every rank shares one GPU (measured there, docs/PERFORMANCE.md), on
- * several GPUs of one process when NCCL_ALGO names it. */
-static int direct_on_buffers(const struct ncclComm *comm, int kernels, enum weft_func func) {
-  if (!kernels || comm->nranks < 2 || comm->cuda_direct == 0) return 0;
+/* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func,
+ * and then *out: the collectives it has, where NCCL_ALGO allows it; by
+ * default only where every rank shares one GPU (measured there,
+ * docs/PERFORMANCE.md) unless rows of the path fitted on func say a plan
+ * is faster; on several GPUs of one process when NCCL_ALGO names it. */
+static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func func,
+                       enum weft_tune_path path, double bytes, unsigned algos, unsigned protos,
+                       struct choice *out) {
+  int n = comm->nranks;
+  if (!kernels || n < 2 || comm->cuda_direct == 0) return 0;
   if (func != WEFT_FUNC_ALLREDUCE && func != WEFT_FUNC_ALLGATHER &&
       func != WEFT_FUNC_REDUCESCATTER && func != WEFT_FUNC_BROADCAST && func != WEFT_FUNC_REDUCE)
     return 0;
   if (!(tuning.algo_mask[func] & (1u << WEFT_ALGO_DIRECT))) return 0;
-  return comm->cuda_direct == 1 || weft_param_str(WEFT_PARAM_ALGO) != NULL;
+  if (comm->cuda_direct != 1 && weft_param_str(WEFT_PARAM_ALGO) == NULL) return 0;
+  out->algo = WEFT_ALGO_DIRECT;
+  out->proto = WEFT_PROTO_SIMPLE;
+  out->row = weft_tune_fit_find(path, func, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, n);
+  out->us = out->row != NULL ? weft_tune_model_us(out->row, func, WEFT_ALGO_DIRECT, n, bytes) : 0;
+  unsigned plans = algos & ~(1u << WEFT_ALGO_DIRECT);
+  /* A Direct row fitted on another collective says little of this one's
+   * own-buffers kernel, whose steps are not a ring's: the rule holds. */
+  if (comm->cuda_direct != 1 || out->row == NULL || !out->row->measured || out->row->func != func ||
+      plans == 0)
+    return 1;
+  struct choice plan;
+  pick(path, func, n, bytes, plans, protos, &plan);
+  return plan.row == NULL || !plan.row->measured || out->us <= plan.us;
 }
 
 ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out) {
   pthread_once(&tuning_once, tuning_load);
   int n = comm->nranks;
-  int shm = comm_on_shm(comm);
-  double alpha = shm ? SHM_ALPHA_US : SOCK_ALPHA_US, beta = shm ? SHM_BETA : SOCK_BETA;
   int p2p = func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV;
   size_t total = bytes;
   if ((func == WEFT_FUNC_ALLGATHER || func == WEFT_FUNC_REDUCESCATTER) &&
       bytes <= SIZE_MAX / (size_t)n)
     total = bytes * (size_t)n;
-  double est;
-  int own = direct_on_buffers(comm, kernels, func);
-  if (own) {
-    out->algo = WEFT_ALGO_DIRECT;
-    est = CUDA_DIRECT_ALPHA_US + (double)total / CUDA_DIRECT_BETA;
-  } else {
-    out->algo = pick_algo(func, n, (double)bytes, alpha, beta,
-                          kernels ? 1 + (comm->cuda_net_direct != 0) : 0, &est);
-  }
+  enum weft_tune_path path = tune_path(comm, kernels);
+  unsigned algos = algos_allowed(func, kernels ? 1 + (comm->cuda_net_direct != 0) : 0);
+  unsigned protos = protos_allowed(comm, kernels, func);
+  struct choice c;
+  int own = own_buffers(comm, kernels, func, path, (double)bytes, algos, protos, &c);
+  if (!own) pick(path, func, n, (double)bytes, algos, protos, &c);
+  out->algo = c.algo;
+  out->proto = c.proto;
+  out->path = path;
+  out->fitted = c.row != NULL && c.row->measured;
   out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
-  out->proto = own ? WEFT_PROTO_SIMPLE
-                   : pick_proto(comm, kernels, func, out->algo, bytes, out->nchannels,
-                                out->chunk_bytes);
-  out->estimated_us = (float)est;
+  out->estimated_us = (float)c.us;
   int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
-  INFO(WEFT_TUNING, "%s %zu bytes nranks %d: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s)",
-       weft_func_name(func), bytes, n, algo_names[out->algo], proto_names[out->proto],
+  INFO(WEFT_TUNING,
+       "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s%s)",
+       weft_func_name(func), bytes, n, weft_tune_path_name(path), algo_names[out->algo],
+       proto_names[out->proto],
        simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
-       out->nchannels == 1 ? "" : "s", out->chunk_bytes, est,
-       n == 1 ? "local"
-       : own  ? "the ranks' own buffers"
-       : shm  ? "shm"
-              : "socket");
+       out->nchannels == 1 ? "" : "s", out->chunk_bytes, c.us,
+       out->fitted ? "fitted" : "placeholder", own ? ", the ranks' own buffers" : "");
   return ncclSuccess;
 }

@@ -1,6 +1,8 @@
 /* Tuning: which algorithm, protocol, channel count and chunk size a
- * collective gets, from a cost model (latency + bytes / bandwidth per
- * algorithm), overridden by NCCL_ALGO / NCCL_PROTO in NCCL's syntax. */
+ * collective gets, from a cost model (latency + bytes / bandwidth per path
+ * type, algorithm and protocol, fitted from weft-bench runs: the table of
+ * sched/tuning_fit.c), overridden by NCCL_ALGO / NCCL_PROTO in NCCL's
+ * syntax. */
 #ifndef WEFT_SCHED_TUNING_H
 #define WEFT_SCHED_TUNING_H
 
@@ -8,6 +10,7 @@
 
 #include "nccl.h"
 #include "sched/schedule.h"
+#include "sched/tuning_model.h"
 
 struct ncclComm;
 
@@ -16,8 +19,18 @@ struct weft_tuning {
   enum weft_proto proto;
   int nchannels;
   size_t chunk_bytes;
-  float estimated_us; /* the model's time for this call */
+  float estimated_us;       /* the model's time for this call */
+  enum weft_tune_path path; /* whose rows the model read */
+  int fitted;               /* the chosen row was measured, not a placeholder */
 };
+
+/* The table's row for a path, algorithm and protocol nearest to func on n
+ * ranks (sched/tuning_fit.c); NULL when it has none. */
+const struct weft_tune_fit *weft_tune_fit_find(enum weft_tune_path path, enum weft_func func,
+                                               enum weft_algo algo, enum weft_proto proto, int n);
+/* Tests: tune from these n rows instead of the compiled table (NULL: the
+ * compiled one again). Not for use while other threads tune. */
+void weft_tune_fits_use(const struct weft_tune_fit *rows, int n);
 
 /* Most channels a collective uses: NCCL_MAX_NCHANNELS when set, else a
  * default for the engine (the CUDA engine sizes its FIFOs by it). */

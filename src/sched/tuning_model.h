@@ -1,0 +1,95 @@
+/* The tuning model's terms, shared by the library (sched/tuning.c) and the
+ * program that fits them (bench/weft-fit.c): the path types, one fitted
+ * row of latency and bandwidth, and how a collective's time is made of a
+ * link's per-step latency and bandwidth. Header only, so that weft-fit
+ * needs nothing of the library but these few lines. */
+#ifndef WEFT_SCHED_TUNING_MODEL_H
+#define WEFT_SCHED_TUNING_MODEL_H
+
+#include <math.h>
+
+#include "sched/schedule.h"
+
+/* What carries a communicator's links, the slowest kind where they
+ * differ: the model's first key. */
+enum weft_tune_path {
+  WEFT_TUNE_LOCAL,    /* one rank: a local copy */
+  WEFT_TUNE_SAME_GPU, /* GPU ranks, all on one GPU */
+  WEFT_TUNE_NVLINK,   /* GPU ranks, p2p over NVLink */
+  WEFT_TUNE_PCIE,     /* GPU ranks, p2p over PCIe */
+  WEFT_TUNE_STAGED,   /* GPU ranks through host memory (the shm transport) */
+  WEFT_TUNE_SHM,      /* host ranks of one host */
+  WEFT_TUNE_SOCKET,   /* host ranks over sockets */
+  WEFT_TUNE_NET,      /* GPU ranks over the network (net links) */
+  WEFT_TUNE_PATH_COUNT
+};
+
+static inline const char *weft_tune_path_name(enum weft_tune_path p) {
+  static const char *const names[WEFT_TUNE_PATH_COUNT] = {
+      "local", "same-gpu", "nvlink", "pcie", "staged", "shm", "socket", "gpu-net"};
+  return (int)p >= 0 && p < WEFT_TUNE_PATH_COUNT ? names[p] : "unknown";
+}
+
+/* One row of the table (sched/tuning_fit.c): a link's latency per step
+ * (alpha, microseconds) and bandwidth (beta, bytes per microsecond) for
+ * an algorithm and protocol on a path, fitted from a run of `func` on
+ * `nranks` ranks. measured 0: a placeholder, a hand-set figure that no fit
+ * has replaced yet. source: the machine, date and command of the fit (or
+ * why the placeholder is what it is). */
+struct weft_tune_fit {
+  enum weft_tune_path path;
+  enum weft_func func;
+  enum weft_algo algo;
+  enum weft_proto proto;
+  int nranks;
+  double alpha_us;
+  double beta;
+  int measured;
+  const char *source;
+};
+
+/* A collective on n ranks takes coef_alpha * alpha + coef_bytes * bytes /
+ * beta, with bytes the caller's buffer (for AllGather and ReduceScatter
+ * one rank's share): the steps each schedule (sched/ring.c, tree.c) puts
+ * one after the other, and the bytes that cross the busiest link. A
+ * fitted time (alpha' + bytes / beta') gives the row alpha' / coef_alpha
+ * and beta' * coef_bytes, so rows fitted on one collective and rank count
+ * serve the others. */
+static inline void weft_tune_coef(enum weft_func func, enum weft_algo algo, int n,
+                                  double *coef_alpha, double *coef_bytes) {
+  double steps = n - 1;
+  *coef_alpha = 1.0;
+  *coef_bytes = 1.0;
+  if (n <= 1) return; /* a local copy */
+  switch (func) {
+    case WEFT_FUNC_ALLREDUCE:
+      if (algo == WEFT_ALGO_TREE) {
+        *coef_alpha = 2.0 * ceil(log2(n));
+        *coef_bytes = 2.0;
+      } else if (algo == WEFT_ALGO_DIRECT) {
+        *coef_bytes = steps;
+      } else {
+        *coef_alpha = 2.0 * steps;
+        *coef_bytes = 2.0 * steps / n;
+      }
+      return;
+    case WEFT_FUNC_ALLGATHER:
+    case WEFT_FUNC_REDUCESCATTER:
+      *coef_alpha = steps;
+      *coef_bytes = steps;
+      return;
+    case WEFT_FUNC_BROADCAST:
+    case WEFT_FUNC_REDUCE: /* a pipelined chain */ *coef_alpha = steps; return;
+    default: return; /* send/recv */
+  }
+}
+
+/* The model's time in microseconds for `bytes` with a row's figures. */
+static inline double weft_tune_model_us(const struct weft_tune_fit *row, enum weft_func func,
+                                        enum weft_algo algo, int n, double bytes) {
+  double ca, cb;
+  weft_tune_coef(func, algo, n, &ca, &cb);
+  return ca * row->alpha_us + cb * bytes / row->beta;
+}
+
+#endif
