@@ -80,7 +80,7 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "most channels of a CUDA-engine communicator with net links (each channel "
                 "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_DIRECT_LL_MAX] =
-        INT_ROW("WEFT_DIRECT_LL_MAX", 8192, 0, 1048576, "8192",
+        INT_ROW("WEFT_DIRECT_LL_MAX", 32768, 0, 1048576, "32768",
                 "largest per-rank payload (bytes) of a direct AllReduce, AllGather or "
                 "ReduceScatter that runs in LL lines with no barrier (ranks of one process on "
                 "one GPU); 0: never"),
