@@ -294,7 +294,131 @@ START_TEST(busid_lookup) {
 }
 END_TEST
 
+/* Issue 17: the NIC each GPU uses and whether GPUDirect RDMA reaches it. */
+static int gpu_nic(const struct weft_topo *t, int g, enum weft_topo_path *type) {
+  int nic = -2;
+  ck_assert_int_eq(weft_topo_gpu_nic(t, g, &nic, type), ncclSuccess);
+  return nic;
+}
+
+static int gdr(const struct weft_topo *t, int g, int k) {
+  int allowed = -1;
+  ck_assert_int_eq(weft_topo_gpu_nic_gdr(t, g, k, &allowed), ncclSuccess);
+  return allowed;
+}
+
+START_TEST(nic_distances) {
+  struct weft_topo *t = load("nic-distances.xml");
+  static const enum weft_topo_path want[4] = {WEFT_PATH_PIX, WEFT_PATH_PXB, WEFT_PATH_PHB,
+                                              WEFT_PATH_SYS};
+  ck_assert_int_eq(t->ngpus, 4);
+  ck_assert_int_eq(t->nnics, 1);
+  ck_assert_int_eq(t->policy.gdr_level, WEFT_PATH_PXB); /* NCCL's default */
+  for (int g = 0; g < 4; g++) {
+    enum weft_topo_path type = WEFT_PATH_COUNT;
+    ck_assert_int_eq(gpu_nic(t, g, &type), 0);
+    ck_assert_str_eq(weft_topo_path_name(type), weft_topo_path_name(want[g]));
+    /* Default level PXB: PIX and PXB yes, PHB and SYS no. */
+    ck_assert_int_eq(gdr(t, g, 0), g <= 1);
+  }
+  /* Each level admits the paths at or below it. */
+  static const enum weft_topo_path levels[] = {WEFT_PATH_LOC, WEFT_PATH_PIX, WEFT_PATH_PXB,
+                                               WEFT_PATH_PHB, WEFT_PATH_SYS};
+  for (int l = 0; l < 5; l++) {
+    t->policy.gdr_level = levels[l];
+    for (int g = 0; g < 4; g++) ck_assert_int_eq(gdr(t, g, 0), want[g] <= levels[l]);
+  }
+  ck_assert_int_eq(weft_topo_gdr_allowed(WEFT_PATH_NET, WEFT_PATH_SYS), 0);
+  int nic, allowed;
+  ck_assert_int_eq(weft_topo_gpu_nic(t, 4, &nic, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(weft_topo_gpu_nic(t, -1, &nic, NULL), ncclInvalidArgument);
+  ck_assert_int_eq(weft_topo_gpu_nic_gdr(t, 0, 1, &allowed), ncclInvalidArgument);
+  weft_topo_free(t);
+}
+END_TEST
+
+START_TEST(nic_speeds_and_ties) {
+  struct weft_topo *t = load("nic-speeds.xml");
+  enum weft_topo_path type;
+  ck_assert_int_eq(t->nnics, 4);
+  /* Equal distance (PIX), 100 vs 400 Gb/s: the faster, though numbered
+   * second. */
+  ck_assert_int_eq(gpu_nic(t, 0, &type), 1);
+  ck_assert_int_eq(type, WEFT_PATH_PIX);
+  /* A tie (two 200 Gb/s PIX NICs): NCCL's spread by device number, GPU
+   * dev 1 to the second, dev 2 to the first. The 400 Gb/s NIC beyond the
+   * CPU (PHB) has the wider bottleneck but is not the nearest. */
+  ck_assert_int_eq(gpu_nic(t, 1, &type), 3);
+  ck_assert_int_eq(type, WEFT_PATH_PIX);
+  ck_assert_int_eq(gpu_nic(t, 2, &type), 2);
+  int nics[3];
+  ck_assert_int_eq(weft_topo_nearest_nics(t, nics), ncclSuccess);
+  ck_assert_int_eq(nics[0], 1);
+  ck_assert_int_eq(nics[1], 3);
+  ck_assert_int_eq(nics[2], 2);
+  /* GPU2 says gdr="0": never, even at PIX. */
+  ck_assert_int_eq(gdr(t, 1, 3), 1);
+  ck_assert_int_eq(gdr(t, 2, 2), 0);
+  weft_topo_free(t);
+}
+END_TEST
+
+START_TEST(nic_none) {
+  struct weft_topo *t = load("no-nic.xml");
+  enum weft_topo_path type = WEFT_PATH_LOC;
+  int allowed;
+  ck_assert_int_eq(gpu_nic(t, 0, &type), -1);
+  ck_assert_int_eq(type, WEFT_PATH_NET);
+  ck_assert_int_eq(weft_topo_gpu_nic_gdr(t, 0, -1, &allowed), ncclInvalidArgument);
+  weft_topo_free(t);
+}
+END_TEST
+
+START_TEST(gdr_level_parse) {
+  static const struct {
+    const char *s;
+    enum weft_topo_path want;
+  } ok[] = {{"LOC", WEFT_PATH_LOC}, {"pix", WEFT_PATH_PIX}, {"PXB", WEFT_PATH_PXB},
+            {"Phb", WEFT_PATH_PHB}, {"SYS", WEFT_PATH_SYS}, {"NVL", WEFT_PATH_NVL},
+            {"NVB", WEFT_PATH_NVL}, {"C2C", WEFT_PATH_NVL}, {"PXN", WEFT_PATH_PXB},
+            {"P2C", WEFT_PATH_PXB}, {"0", WEFT_PATH_LOC},   {"1", WEFT_PATH_PIX},
+            {"2", WEFT_PATH_PXB},   {"3", WEFT_PATH_PHB},   {"4", WEFT_PATH_SYS},
+            {"5", WEFT_PATH_SYS}};
+  for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+    enum weft_topo_path p = WEFT_PATH_COUNT;
+    ck_assert_int_eq(weft_topo_level_parse("NCCL_NET_GDR_LEVEL", ok[i].s, &p), ncclSuccess);
+    ck_assert_msg(p == ok[i].want, "%s read as %s", ok[i].s, weft_topo_path_name(p));
+  }
+  static const char *const bad[] = {"PXC", "6", "-1", "", "PXB ", "NET", "12"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    enum weft_topo_path p = WEFT_PATH_COUNT;
+    ck_assert_int_eq(weft_topo_level_parse("NCCL_NET_GDR_LEVEL", bad[i], &p), ncclInvalidUsage);
+    ck_assert_int_eq(p, WEFT_PATH_COUNT); /* untouched */
+    const char *why = weft_last_error();
+    ck_assert_msg(strstr(why, "NCCL_NET_GDR_LEVEL=") &&
+                      strstr(why, "LOC, NVL, PIX, PXB, PHB, SYS") && strstr(why, "0..5"),
+                  "error for '%s' does not name the variable and the values: %s", bad[i], why);
+  }
+}
+END_TEST
+
+/* NCCL_NET_GDR_LEVEL reaches the policy (main sets it before any test:
+ * parameters are read once per process, and CK_FORK=no runs every test in
+ * one). */
+START_TEST(gdr_level_env) {
+  struct weft_topo *t = load("nic-distances.xml");
+  struct weft_topo_policy p;
+  ck_assert_int_eq(weft_topo_policy_from_env(t, &p), ncclSuccess);
+  ck_assert_int_eq(p.gdr_level, WEFT_PATH_PHB);
+  t->policy = p;
+  ck_assert_int_eq(gdr(t, 2, 0), 1);
+  ck_assert_int_eq(gdr(t, 3, 0), 0);
+  weft_topo_free(t);
+}
+END_TEST
+
 int main(void) {
+  setenv("NCCL_NET_GDR_LEVEL", "PHB", 1); /* gdr_level_env */
   Suite *s = suite_create("topo");
   TCase *tc = tcase_create("xml");
   tcase_add_test(tc, hgx_nvswitch);
@@ -309,6 +433,11 @@ int main(void) {
   tcase_add_test(tc, p2p_level_parse);
   tcase_add_test(tc, dump_round_trip);
   tcase_add_test(tc, busid_lookup);
+  tcase_add_test(tc, nic_distances);
+  tcase_add_test(tc, nic_speeds_and_ties);
+  tcase_add_test(tc, nic_none);
+  tcase_add_test(tc, gdr_level_parse);
+  tcase_add_test(tc, gdr_level_env);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

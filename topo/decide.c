@@ -1,6 +1,6 @@
 /* Decisions taken from the paths: the transport between two ranks' GPUs,
- * ring and tree orders that keep traffic on the fastest links, and the NIC
- * each GPU should use. Pure functions of the graph and its policy. */
+ * and ring and tree orders that keep traffic on the fastest links (the NIC
+ * each GPU uses is nic.c's). Pure functions of the graph and its policy. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +20,7 @@ const char *weft_topo_transport_name(enum weft_topo_transport t) {
 
 ncclResult_t weft_topo_policy_from_env(const struct weft_topo *topo,
                                        struct weft_topo_policy *policy_out) {
-  struct weft_topo_policy p = {WEFT_PATH_PXB, 0, 0};
+  struct weft_topo_policy p = {WEFT_PATH_PXB, 0, 0, WEFT_PATH_PXB};
   /* NCCL's default: P2P up to PXB, but through the CPU too on AMD, whose
    * root complexes forward peer traffic at full speed. */
   for (int i = 0; i < topo->nnodes; i++)
@@ -29,6 +29,11 @@ ncclResult_t weft_topo_policy_from_env(const struct weft_topo *topo,
       p.p2p_level = WEFT_PATH_SYS;
   const char *level = weft_param_str(WEFT_PARAM_P2P_LEVEL);
   if (level != NULL) WEFT_CHECK(weft_topo_path_parse(level, &p.p2p_level));
+  /* NCCL's default GDR level, PXB: a NIC and GPU under PCIe switches
+   * exchange peer traffic without the root complex, whose forwarding of
+   * it is slow or refused on many CPUs. */
+  const char *gdr = weft_param_str(WEFT_PARAM_NET_GDR_LEVEL);
+  if (gdr != NULL) WEFT_CHECK(weft_topo_level_parse("NCCL_NET_GDR_LEVEL", gdr, &p.gdr_level));
   p.p2p_disable = weft_param_int(WEFT_PARAM_P2P_DISABLE) != 0;
   p.shm_disable = weft_param_int(WEFT_PARAM_SHM_DISABLE) != 0;
   *policy_out = p;
@@ -172,27 +177,6 @@ ncclResult_t weft_topo_ring_order(const struct weft_topo *topo, const int *gpus,
 /* 1 if path a is better than path b: type first, then bandwidth. */
 static int better(const struct weft_topo_path_info *a, const struct weft_topo_path_info *b) {
   return a->type < b->type || (a->type == b->type && a->bw > b->bw * (1 + 1e-9));
-}
-
-ncclResult_t weft_topo_nearest_nics(const struct weft_topo *topo, int *nic_out) {
-  int *uses = calloc((size_t)topo->nnics + 1, sizeof(int));
-  if (uses == NULL) {
-    WARN("topology: out of memory choosing NICs");
-    return ncclSystemError;
-  }
-  for (int g = 0; g < topo->ngpus; g++) {
-    int pick = -1;
-    for (int k = 0; k < topo->nnics; k++) {
-      const struct weft_topo_path_info *p = weft_topo_nic_path(topo, g, k);
-      const struct weft_topo_path_info *q = pick >= 0 ? weft_topo_nic_path(topo, g, pick) : NULL;
-      /* Among equally near NICs, spread GPUs over them. */
-      if (q == NULL || better(p, q) || (!better(q, p) && uses[k] < uses[pick])) pick = k;
-    }
-    if (pick >= 0) uses[pick]++;
-    nic_out[g] = pick;
-  }
-  free(uses);
-  return ncclSuccess;
 }
 
 ncclResult_t weft_topo_tree_order(const struct weft_topo *topo, const int *gpus, int n,

@@ -16,6 +16,7 @@ ncclResult_t weft_topo_alloc(struct weft_topo **topo_out) {
     return ncclSystemError;
   }
   t->policy.p2p_level = WEFT_PATH_PXB;
+  t->policy.gdr_level = WEFT_PATH_PXB;
   *topo_out = t;
   return ncclSuccess;
 }

@@ -18,14 +18,30 @@ const char *weft_topo_path_name(enum weft_topo_path path) {
   return (unsigned)path < WEFT_PATH_COUNT ? path_names[path] : "?";
 }
 
-ncclResult_t weft_topo_path_parse(const char *s, enum weft_topo_path *path_out) {
+ncclResult_t weft_topo_level_parse(const char *var, const char *s, enum weft_topo_path *path_out) {
   /* NCCL's old numbers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and 5 SYS. */
   static const enum weft_topo_path old[] = {WEFT_PATH_LOC, WEFT_PATH_PIX, WEFT_PATH_PXB,
                                             WEFT_PATH_PHB, WEFT_PATH_SYS, WEFT_PATH_SYS};
+  /* NCCL's types weft does not tell apart: a level is a bound, so each
+   * reads as the largest weft type it admits (weft finds no NVLink through
+   * a GPU, no C2C link, no PXN path). */
+  static const struct {
+    const char *name;
+    enum weft_topo_path as;
+  } alias[] = {{"NVB", WEFT_PATH_NVL},
+               {"C2C", WEFT_PATH_NVL},
+               {"PXN", WEFT_PATH_PXB},
+               {"P2C", WEFT_PATH_PXB}};
   if (s == NULL) goto bad;
   for (int p = WEFT_PATH_LOC; p <= WEFT_PATH_SYS; p++) {
     if (strcasecmp(s, path_names[p]) == 0) {
       *path_out = (enum weft_topo_path)p;
+      return ncclSuccess;
+    }
+  }
+  for (size_t i = 0; i < sizeof(alias) / sizeof(alias[0]); i++) {
+    if (strcasecmp(s, alias[i].name) == 0) {
+      *path_out = alias[i].as;
       return ncclSuccess;
     }
   }
@@ -34,9 +50,15 @@ ncclResult_t weft_topo_path_parse(const char *s, enum weft_topo_path *path_out) 
     return ncclSuccess;
   }
 bad:
-  WARN("NCCL_P2P_LEVEL=%s is not a path type: use LOC, NVL, PIX, PXB, PHB, SYS or 0..5",
-       s ? s : "(null)");
+  WARN(
+      "%s=%s is not a path type: use LOC, NVL, PIX, PXB, PHB, SYS (NCCL's NVB, C2C, PXN, P2C "
+      "too) or NCCL's old numbers 0..5",
+      var, s ? s : "(null)");
   return ncclInvalidUsage;
+}
+
+ncclResult_t weft_topo_path_parse(const char *s, enum weft_topo_path *path_out) {
+  return weft_topo_level_parse("NCCL_P2P_LEVEL", s, path_out);
 }
 
 /* GB/s of one NVLink, by the GPU generation (NCCL's numbers). */

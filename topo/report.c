@@ -113,6 +113,31 @@ static int any_unknown(const struct weft_topo *t) {
   return 0;
 }
 
+/* Per GPU: the NIC it uses, the path to it and whether GPUDirect RDMA
+ * may cross that path (NCCL_NET_GDR_LEVEL). */
+static void print_nics(const struct weft_topo *t, const int *nics, FILE *out) {
+  if (t->nnics == 0) {
+    fprintf(out, "NIC per GPU: none (the topology has no NIC)\n");
+    return;
+  }
+  fprintf(out, "NIC per GPU (GDR level %s):\n", weft_topo_path_name(t->policy.gdr_level));
+  for (int g = 0; g < t->ngpus; g++) {
+    const struct weft_topo_node *n = &t->nodes[t->nics[nics[g]]];
+    enum weft_topo_path p = weft_topo_nic_path(t, g, nics[g])->type;
+    int gdr = 0;
+    weft_topo_gpu_nic_gdr(t, g, nics[g], &gdr);
+    fprintf(out, "  GPU%d -> NIC%d %s", g, nics[g], n->name);
+    if (n->port > 0) fprintf(out, " port %d", n->port);
+    fprintf(out, ", %s, %s", weft_topo_path_name(p), gdr ? "GDR" : "no GDR");
+    if (!gdr && p > t->policy.gdr_level)
+      fprintf(out, " (%s beyond %s)", weft_topo_path_name(p),
+              weft_topo_path_name(t->policy.gdr_level));
+    else if (!gdr)
+      fprintf(out, " (gdr=0 in the topology)");
+    fprintf(out, "\n");
+  }
+}
+
 /* Rings, trees, NICs, transports and bandwidths: what weft decides. */
 static void print_decisions(const struct weft_topo *t, FILE *out) {
   int n = t->ngpus;
@@ -133,13 +158,7 @@ static void print_decisions(const struct weft_topo *t, FILE *out) {
     for (int i = 0; i < n; i++) fprintf(out, "%s%d", i ? " -> " : "", tree[i]);
     fprintf(out, " (root first)\n");
   }
-  if (t->nnics > 0 && weft_topo_nearest_nics(t, nics) == ncclSuccess) {
-    fprintf(out, "Nearest NIC:");
-    for (int g = 0; g < n; g++)
-      fprintf(out, " GPU%d->NIC%d(%s)", g, nics[g],
-              weft_topo_path_name(weft_topo_nic_path(t, g, nics[g])->type));
-    fprintf(out, "\n");
-  }
+  if (weft_topo_nearest_nics(t, nics) == ncclSuccess) print_nics(t, nics, out);
   fprintf(out, "\nTransport (same host, P2P level %s%s%s), bottleneck GB/s:\n      ",
           weft_topo_path_name(t->policy.p2p_level), t->policy.p2p_disable ? ", P2P disabled" : "",
           t->policy.shm_disable ? ", SHM disabled" : "");

@@ -47,6 +47,20 @@ static void dot_node(const struct weft_topo *t, int i, FILE *out) {
   fprintf(out, "];\n");
 }
 
+/* Each GPU to the NIC it uses: dotted, with the path type and whether
+ * GPUDirect RDMA may cross it; not a link, so it does not shape the tree. */
+static void dot_gpu_nics(const struct weft_topo *t, FILE *out) {
+  for (int g = 0; g < t->ngpus; g++) {
+    int nic = -1, gdr = 0;
+    enum weft_topo_path p;
+    if (weft_topo_gpu_nic(t, g, &nic, &p) != ncclSuccess || nic < 0) continue;
+    weft_topo_gpu_nic_gdr(t, g, nic, &gdr);
+    fprintf(out,
+            "  n%d -- n%d [style=dotted, color=blue, constraint=false, label=\"uses: %s, %s\"];\n",
+            t->gpus[g], t->nics[nic], weft_topo_path_name(p), gdr ? "GDR" : "no GDR");
+  }
+}
+
 void weft_topo_print_dot(const struct weft_topo *t, FILE *out) {
   fprintf(out, "graph topology {\n  rankdir=TB;\n");
   for (int i = 0; i < t->nnodes; i++) dot_node(t, i, out);
@@ -64,5 +78,6 @@ void weft_topo_print_dot(const struct weft_topo *t, FILE *out) {
     if (t->nvlinks[i].to >= 0)
       fprintf(out, "  n%d -- n%d [color=green, penwidth=2, label=\"NV%d\"];\n", t->nvlinks[i].from,
               t->nvlinks[i].to, t->nvlinks[i].count);
+  dot_gpu_nics(t, out);
   fprintf(out, "}\n");
 }

@@ -23,6 +23,18 @@ static int node_numa(const struct weft_topo *t, int node) {
   return cpu >= 0 ? t->nodes[cpu].numaid : -1;
 }
 
+/* The path to the GPU's NIC and whether GPUDirect RDMA may cross it. */
+static void json_gpu_nic(const struct weft_topo *t, int g, int nic, FILE *out) {
+  int gdr = 0;
+  if (nic < 0) {
+    fprintf(out, ", \"nic_path\": null, \"gdr\": false");
+    return;
+  }
+  weft_topo_gpu_nic_gdr(t, g, nic, &gdr);
+  fprintf(out, ", \"nic_path\": \"%s\", \"gdr\": %s",
+          weft_topo_path_name(weft_topo_nic_path(t, g, nic)->type), gdr ? "true" : "false");
+}
+
 static void json_gpus(const struct weft_topo *t, const int *nics, FILE *out) {
   fprintf(out, "  \"gpus\": [");
   for (int g = 0; g < t->ngpus; g++) {
@@ -37,7 +49,9 @@ static void json_gpus(const struct weft_topo *t, const int *nics, FILE *out) {
     fprintf(out, ", \"dev\": %d, \"sm\": %d, \"numa\": %d, \"cpu_affinity\": ", n->dev, n->sm,
             node_numa(t, t->gpus[g]));
     json_str(out, list);
-    fprintf(out, ", \"nvlinks\": %d, \"nearest_nic\": %d}", links, nics[g]);
+    fprintf(out, ", \"nvlinks\": %d, \"nearest_nic\": %d", links, nics[g]);
+    json_gpu_nic(t, g, nics[g], out);
+    fprintf(out, "}");
   }
   fprintf(out, "\n  ],\n");
 }
@@ -89,8 +103,8 @@ static void json_list(const char *key, const int *v, int n, int last, FILE *out)
 }
 
 static void json_transports(const struct weft_topo *t, FILE *out) {
-  fprintf(out, "  \"p2p_level\": \"%s\",\n  \"transports\": [",
-          weft_topo_path_name(t->policy.p2p_level));
+  fprintf(out, "  \"p2p_level\": \"%s\",\n  \"gdr_level\": \"%s\",\n  \"transports\": [",
+          weft_topo_path_name(t->policy.p2p_level), weft_topo_path_name(t->policy.gdr_level));
   for (int g = 0; g < t->ngpus; g++) {
     fprintf(out, "%s\n    [", g ? "," : "");
     for (int j = 0; j < t->ngpus; j++) {

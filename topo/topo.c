@@ -15,9 +15,12 @@ static void log_sources(const struct weft_topo *t) {
   for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if (t->sources & (1u << i))
       snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "%s%s", buf[0] ? "," : "", names[i]);
-  INFO(WEFT_GRAPH, "topology %s (from %s): %d GPUs, %d NICs, %d NVLink entries; P2P level %s%s%s",
+  INFO(WEFT_GRAPH,
+       "topology %s (from %s): %d GPUs, %d NICs, %d NVLink entries; P2P level %s%s%s; GDR level "
+       "%s",
        t->origin, buf, t->ngpus, t->nnics, t->nnvlinks, weft_topo_path_name(t->policy.p2p_level),
-       t->policy.p2p_disable ? ", P2P disabled" : "", t->policy.shm_disable ? ", SHM disabled" : "");
+       t->policy.p2p_disable ? ", P2P disabled" : "", t->policy.shm_disable ? ", SHM disabled" : "",
+       weft_topo_path_name(t->policy.gdr_level));
 }
 
 /* One line per GPU: its paths, the transport to each peer, its NIC. */
@@ -32,9 +35,13 @@ static void log_gpu(const struct weft_topo *t, int g, const int *nics) {
   }
   const struct weft_topo_node *n = &t->nodes[t->gpus[g]];
   int cpu = weft_topo_node_cpu(t, t->gpus[g]);
-  INFO(WEFT_GRAPH, "GPU %d [%s] NUMA %d: paths%s; transports%s; NIC %s", g, n->busid,
+  int gdr = 0;
+  if (nics[g] >= 0) weft_topo_gpu_nic_gdr(t, g, nics[g], &gdr);
+  INFO(WEFT_GRAPH, "GPU %d [%s] NUMA %d: paths%s; transports%s; NIC %s (%s, %s)", g, n->busid,
        cpu >= 0 ? t->nodes[cpu].numaid : -1, paths, tr,
-       nics[g] >= 0 ? t->nodes[t->nics[nics[g]]].name : "none");
+       nics[g] >= 0 ? t->nodes[t->nics[nics[g]]].name : "none",
+       nics[g] >= 0 ? weft_topo_path_name(weft_topo_nic_path(t, g, nics[g])->type) : "-",
+       gdr ? "GDR" : "no GDR");
 }
 
 static ncclResult_t log_decisions(const struct weft_topo *t) {

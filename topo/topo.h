@@ -100,6 +100,7 @@ struct weft_topo_policy {
   enum weft_topo_path p2p_level; /* p2p where path <= this */
   int p2p_disable;
   int shm_disable;
+  enum weft_topo_path gdr_level; /* GPUDirect RDMA where GPU-NIC path <= this */
 };
 
 struct weft_topo {
@@ -146,6 +147,10 @@ const struct weft_topo_path_info *weft_topo_nic_path(const struct weft_topo *top
 const char *weft_topo_path_name(enum weft_topo_path path);
 /* LOC/NVL/PIX/PXB/PHB/SYS (any case) or NCCL's numbers 0..5. */
 ncclResult_t weft_topo_path_parse(const char *s, enum weft_topo_path *path_out);
+/* The same for the variable var (named in the WARN of a bad value), with
+ * NCCL's path names weft has no type of (NVB, C2C, PXN, P2C) read as the
+ * weft level that admits the same paths: NVB, C2C -> NVL; PXN, P2C -> PXB. */
+ncclResult_t weft_topo_level_parse(const char *var, const char *s, enum weft_topo_path *path_out);
 const char *weft_topo_transport_name(enum weft_topo_transport t);
 
 /* The GPU index whose bus id is busid (any case, 4 or 8 domain digits), or -1. */
@@ -154,7 +159,7 @@ int weft_topo_gpu_by_busid(const struct weft_topo *topo, const char *busid);
 int weft_topo_node_cpu(const struct weft_topo *topo, int node);
 
 /* The policy from the environment (the default P2P level is NCCL's: PXB,
- * SYS on AMD CPUs). */
+ * SYS on AMD CPUs; the GDR level NCCL_NET_GDR_LEVEL, default PXB). */
 ncclResult_t weft_topo_policy_from_env(const struct weft_topo *topo,
                                        struct weft_topo_policy *policy_out);
 
@@ -174,9 +179,22 @@ ncclResult_t weft_topo_ring_order(const struct weft_topo *topo, const int *gpus,
  * of order_out[i] is order_out[i-1]. */
 ncclResult_t weft_topo_tree_order(const struct weft_topo *topo, const int *gpus, int n,
                                   int *order_out);
-/* For every GPU the NIC index it should use (-1 without NICs): best path
- * type, then bandwidth, then the NIC fewest GPUs already use. */
+/* The NIC index GPU gpu uses (nic.c), and the path type to it: the
+ * nearest NIC by path type, then the widest bottleneck (the NIC's own
+ * speed included), then among equals NCCL's spread by the GPU's device
+ * number. *nic_out is -1 (path NET) when the topology has no NIC;
+ * ncclInvalidArgument when gpu is not one of its GPUs. */
+ncclResult_t weft_topo_gpu_nic(const struct weft_topo *topo, int gpu, int *nic_out,
+                               enum weft_topo_path *path_out);
+/* weft_topo_gpu_nic for every GPU (nic_out: ngpus entries). */
 ncclResult_t weft_topo_nearest_nics(const struct weft_topo *topo, int *nic_out);
+/* Whether GPUDirect RDMA may be used over a GPU-NIC path of this type:
+ * path <= level (NCCL_NET_GDR_LEVEL; NCCL's default, PXB). Pure. */
+int weft_topo_gdr_allowed(enum weft_topo_path path, enum weft_topo_path level);
+/* The same for GPU gpu and NIC nic of the topology, at topo->policy's
+ * level; a GPU or NIC whose XML says gdr="0" never allows it. */
+ncclResult_t weft_topo_gpu_nic_gdr(const struct weft_topo *topo, int gpu, int nic,
+                                   int *allowed_out);
 
 /* Reports for weft-topo (report.c). */
 void weft_topo_print_matrix(const struct weft_topo *topo, FILE *out);

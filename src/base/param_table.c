@@ -171,6 +171,17 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                               .def_doc = "PXB (SYS on AMD CPUs)",
                               .help = "how far GPU peer-to-peer may reach (NCCL's old numbers: "
                                       "0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and 5 SYS)"},
+    [WEFT_PARAM_NET_GDR_LEVEL] = {.env = "NCCL_NET_GDR_LEVEL",
+                                  .kind = WEFT_PARAM_KIND_NAME,
+                                  .min = 0,
+                                  .max = 5,
+                                  .names = "LOC,NVL,NVB,C2C,PIX,PXB,PXN,P2C,PHB,SYS",
+                                  .def_doc = "PXB",
+                                  .help = "how far GPUDirect RDMA may reach: a NIC reads and "
+                                          "writes GPU memory where the GPU-NIC path type is at "
+                                          "or below it (NCCL's old numbers: 0 LOC, 1 PIX, 2 PXB, "
+                                          "3 PHB, 4 and 5 SYS; NVB and C2C read as NVL, PXN and "
+                                          "P2C as PXB)"},
     [WEFT_PARAM_TOPO_FILE] =
         STR_ROW("NCCL_TOPO_FILE", "(detect the topology)",
                 "NCCL topology XML to use instead of detecting; one that cannot be read is an "
