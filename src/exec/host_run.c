@@ -402,8 +402,8 @@ static ncclResult_t run_lanes(struct weft_host_run *r) {
       if (weft_xfer_pending(&w->lanes[i].tx)) w->pending[np++] = &w->lanes[i].tx;
       if (weft_xfer_pending(&w->lanes[i].rx)) w->pending[np++] = &w->lanes[i].rx;
     }
-    WEFT_CHECK(
-        weft_conn_progress_wait(&wait, w->pending, np, &r->h->comm->abort_flag, run_describe, r));
+    WEFT_CHECK(weft_conn_progress_wait(&wait, w->pending, np, &r->h->comm->abort_flag,
+                                       run_describe, r));
   }
 }
 
