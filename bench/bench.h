@@ -124,6 +124,7 @@ struct bench_args {
   int blocking;            /* -z: 0 none, 1 wait + barrier, 2 wait, 3 wait, untimed barrier */
   int cudagraph;           /* -G: graph launches per row (GPU ranks); 0: none */
   int run_cycles;          /* -N: sweeps of the sizes; 0: until stopped */
+  int passes;              /* --passes: sweeps, then per size their median, min, max */
   int parallel_init;       /* -p: each thread creates its own communicators */
   int stream_null;         /* -y: collectives on the default stream */
   int timeout;             /* -T: seconds one wait may take; 0: no limit */
@@ -213,6 +214,14 @@ struct bench_plot_point {
   double busbw[2]; /* out-of-place, in-place */
 };
 
+/* One row of one pass, kept for the --passes summary (bench_passes.c). */
+struct bench_pass_row {
+  size_t bytes;
+  size_t count;
+  double time_us[2]; /* out-of-place, in-place */
+  double busbw[2];
+};
+
 struct bench_report {
   FILE *out;
   const char *program;
@@ -231,6 +240,10 @@ struct bench_report {
   size_t npoints;
   size_t points_cap;
   double mem_used[3]; /* -M: bytes after init, after buffers, at the end */
+  int pass;           /* --passes: the pass now running, from 0 */
+  struct bench_pass_row *pass_rows; /* this sweep's rows of every pass */
+  size_t npass_rows;
+  size_t pass_rows_cap;
 };
 
 /* Starts the report on stdout (and the JSON file, if asked for); -1 when
@@ -249,6 +262,16 @@ double bench_report_close(struct bench_report *r);
 /* Draws --plot from the rows reported (bench_plot.c); 0 on success, else
  * prints why and returns -1. Frees the points either way. */
 int bench_plot_write(struct bench_report *r, const char *path);
+
+/* --passes (bench_passes.c): keeps a row of the current pass; after the
+ * last pass of a sweep, prints per size the median time and busbw of the
+ * passes with [min-max] beside them, as '#' lines under the table (tools
+ * that read nccl-tests' rows skip them), and forgets the rows. */
+void bench_passes_keep(struct bench_report *r, const struct bench_case *c,
+                       const struct bench_result res[2]);
+void bench_passes_print(struct bench_report *r, const struct bench_case *c);
+/* The median of n values (sorted in place); 0 for none. */
+double bench_median(double *v, size_t n);
 
 /* The JSON twin of the table (bench_json.c). */
 int bench_json_open(struct bench_report *r, const char *path);

@@ -1,6 +1,6 @@
 /* Command-line flags: every flag of nccl-tests 2.19 (its src/common.cu),
  * long and short, with its meaning and default, plus weft-bench's own -np,
- * --json, --plot, --cpu and --gpu. Where a flag cannot apply (NCCL 2.28's
+ * --passes, --json, --plot, --cpu and --gpu. Where a flag cannot apply (NCCL 2.28's
  * device API, a CUDA graph on host ranks) the run says why. weft-mpi-ref takes the subset an MPI
  * program can honour. A bad flag is reported with the flag and what it expects. */
 #include <errno.h>
@@ -44,6 +44,9 @@ static const struct arg_spec specs[] = {
     {"w", "warmup_iters", ARG_INT, FIELD(warmup), FOR_ALL, "warmup iterations (default 1)"},
     {"N", "run_cycles", ARG_INT, FIELD(run_cycles), FOR_WEFT,
      "sweeps of the sizes, each printed; 0 runs until stopped (default 1)"},
+    {NULL, "passes", ARG_INT, FIELD(passes), FOR_WEFT,
+     "sweeps of the sizes, each printed, then per size the median time and busbw of the "
+     "sweeps with their min-max (weft's own; default 1)"},
     {"p", "parallel_init", ARG_INT, FIELD(parallel_init), FOR_WEFT,
      "0: the process's first thread creates every communicator; 1: each thread its own "
      "(default 0)"},
@@ -131,6 +134,7 @@ static void args_defaults(struct bench_args *a) {
   a->iters = 20;
   a->warmup = 1;
   a->run_cycles = 1;
+  a->passes = 1;
   a->cta_policy = -1;
   a->agg_iters = 1;
   a->check = 1;
@@ -293,6 +297,13 @@ static int args_validate_counts(const struct bench_args *a, const char *prog) {
   else if (a->run_cycles < 0)
     fprintf(stderr, "%s: -N %d: expected 0 (until stopped) or a count of sweeps\n", prog,
             a->run_cycles);
+  else if (a->passes < 1 || a->passes > 1000)
+    fprintf(stderr, "%s: --passes %d: expected 1 to 1000 sweeps\n", prog, a->passes);
+  else if (a->passes > 1 && a->run_cycles != 1)
+    fprintf(stderr,
+            "%s: --passes %d with -N %d: both repeat the sweep; expected one of them (--passes "
+            "adds the per-size median)\n",
+            prog, a->passes, a->run_cycles);
   else if (a->blocking < 0 || a->blocking > 3)
     fprintf(stderr, "%s: -z %d: expected 0, 1, 2 or 3\n", prog, a->blocking);
   else if (a->timeout < 0 || a->cudagraph < 0 || a->unalign < 0 || a->unalign > (1 << 20))

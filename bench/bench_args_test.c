@@ -260,8 +260,29 @@ static void test_collectives(void) {
   expect(c.param_count == 60 && c.send_count == 240 && c.recv_off == 60, "scatter of 1000 B");
 }
 
+/* --passes: weft's own repeat-and-summarise flag, and its median. */
+static void test_passes(void) {
+  struct bench_args a;
+  double odd[] = {5, 1, 3}, even[] = {4, 1, 3, 2}, one[] = {7};
+
+  expect(parse(&a, WEFT, NULL) == 0 && a.passes == 1, "--passes defaults to 1");
+  expect(parse(&a, WEFT, "--passes", "5", NULL) == 0 && a.passes == 5, "--passes 5");
+  expect(parse(&a, WEFT, "--passes=3", NULL) == 0 && a.passes == 3, "--passes=3");
+  expect(parse(&a, WEFT, "-passes", "2", NULL) == 0 && a.passes == 2, "-passes 2");
+  expect(parse(&a, WEFT, "--passes", "0", NULL) < 0, "--passes 0 is refused");
+  expect(parse(&a, WEFT, "--passes", "1001", NULL) < 0, "--passes 1001 is refused");
+  expect(parse(&a, WEFT, "--passes", "x", NULL) < 0, "--passes x is refused");
+  expect(parse(&a, WEFT, "--passes", "2", "-N", "2", NULL) < 0, "--passes 2 with -N 2 is refused");
+  expect(parse(&a, WEFT, "--passes", "2", "-N", "1", NULL) == 0, "--passes 2 with -N 1");
+  expect(parse(&a, BENCH_ARGS_MPI, "--passes", "2", NULL) < 0, "weft-mpi-ref has no --passes");
+  expect(bench_median(odd, 3) == 3 && odd[0] == 1 && odd[2] == 5, "median of 5 1 3, sorted");
+  expect(bench_median(even, 4) == 2.5, "median of 4 1 3 2");
+  expect(bench_median(one, 1) == 7 && bench_median(one, 0) == 0, "median of one value, of none");
+}
+
 int main(void) {
   test_defaults();
+  test_passes();
   test_nccl_tests_flags();
   test_refusals();
   test_collectives();

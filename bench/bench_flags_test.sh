@@ -64,6 +64,18 @@ if [ "$rc" != 0 ] && has 'allreduce, allgather, reducescatter, broadcast, reduce
 # -N: the sweep again; -c 0: no checks.
 run allreduce "${small[@]}" -N 2 -c 0
 if [ "$rc" = 0 ] && [ "$(rows)" = 6 ] && has 'N/A'; then ok; else bad "-N 2 -c 0: six unchecked rows"; fi
+# --passes: the sweep three times, then per size the median [min-max]
+# lines; --json has every pass's rows, numbered.
+run broadcast "${small[@]}" --passes 3 -c 1 --json "$tmp/p.json"
+if [ "$rc" = 0 ] && [ "$(rows)" = 9 ] && has '^# Passes: 3 (--passes): the sweep runs 3 times' &&
+  [ "$(printf '%s\n' "$out" | grep -c '^# *[0-9][0-9]* *[0-9][0-9]* .*\[.*-.*\].*\[.*\].*\[.*\].*\[.*\]$')" = 3 ] &&
+  has '# Out of bounds values : 0 OK'; then ok; else
+  bad "--passes 3: nine rows, then three median lines"
+  printf '%s\n' "$out" | tail -n 12
+fi
+if [ "$(grep -c '"pass": [123],' "$tmp/p.json")" = 9 ] && grep -q '"passes": 3,' "$tmp/p.json"; then ok; else bad "--passes 3 --json: nine rows with their pass"; fi
+run allreduce "${small[@]}" --passes 2 -N 2
+if [ "$rc" != 0 ] && has 'expected one of them'; then ok; else bad "--passes with -N is refused"; fi
 # -C and -S change the columns.
 run allreduce "${small[@]}" -C 1 -S 1
 expect_ok "-C 1 -S 1" 'cputime .*timestamp'

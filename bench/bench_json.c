@@ -42,9 +42,12 @@ int bench_json_open(struct bench_report *r, const char *path) {
           "\"ngpus\": %d,\n  \"minbytes\": %zu, \"maxbytes\": %zu, "
           "\"stepfactor\": %ld, \"stepbytes\": %zu,\n  \"iters\": %d, "
           "\"warmup_iters\": %d, \"agg_iters\": %d, \"check\": %d, "
-          "\"average\": %d,\n  \"rows\": [",
+          "\"average\": %d,",
           r->nranks, a->nprocs, a->nthreads, a->ngpus, a->min_bytes, a->max_bytes, a->step_factor,
           a->step_bytes, a->iters, a->warmup, a->agg_iters, a->check, a->average);
+  /* --passes: every pass's rows, each with "pass" (from 1). */
+  if (a->passes > 1) fprintf(r->json, "\n  \"passes\": %d,", a->passes);
+  fputs("\n  \"rows\": [", r->json);
   return 0;
 }
 
@@ -70,6 +73,7 @@ void bench_json_row(struct bench_report *r, const struct bench_case *c,
           r->json_rows++ ? "," : "", bench_case_bytes(c), c->param_count, bench_types[c->type].name,
           bench_colls[c->coll].has_op ? bench_op_names[c->op] : "none",
           bench_colls[c->coll].has_root ? c->root : -1);
+  if (r->args->passes > 1) fprintf(f, "\"pass\": %d, ", r->pass + 1);
   json_result(f, "out_of_place", &res[0]);
   fputs(",\n     ", f);
   json_result(f, "in_place", &res[1]);

@@ -244,18 +244,19 @@ static void shift_buffers(struct bench_thread *t, ncclDataType_t type, int on) {
 }
 
 /* Every size for one type, operator and root, -N times (0: until
- * stopped). */
+ * stopped), or --passes times and then the passes' medians. */
 static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op, int root) {
   const struct bench_args *a = t->args;
   struct bench_case c = {
       .coll = a->coll, .type = type, .op = op, .root = root, .nranks = t->nranks};
-  long cycles = a->run_cycles;
-  int rc = 0;
+  long cycles = a->passes > 1 ? a->passes : a->run_cycles;
+  int rc = 0, pass = 0;
 
   shift_buffers(t, type, 1);
   if ((int)op == BENCH_OP_MULSUM && bench_nccl_mulsum_create(t, type) != 0) rc = BENCH_EXIT_ERROR;
   if (rc == 0 && warmup(t, &c) != 0) rc = BENCH_EXIT_ERROR;
   do {
+    t->report.pass = pass++;
     for (size_t bytes = a->min_bytes; bytes <= a->max_bytes && rc == 0;
          bytes = bench_args_next_size(a, bytes)) {
       struct bench_result res[2];
@@ -264,6 +265,7 @@ static int sweep(struct bench_thread *t, ncclDataType_t type, ncclRedOp_t op, in
       if (rc == 0 && t->printer) bench_report_row(&t->report, &c, res);
     }
   } while (rc == 0 && --cycles != 0);
+  if (rc == 0 && t->printer && a->passes > 1) bench_passes_print(&t->report, &c);
   if ((int)op == BENCH_OP_MULSUM) bench_nccl_mulsum_destroy(t);
   shift_buffers(t, type, 0);
   return rc;

@@ -69,6 +69,11 @@ static void bench_report_notes(struct bench_report *r) {
             "slowest rank's; %d first left out (-K)\n",
             a->per_iter_skip);
   if (a->run_cycles != 1) fprintf(r->out, "# Cycles: %d (-N; 0: until stopped)\n", a->run_cycles);
+  if (a->passes > 1)
+    fprintf(r->out,
+            "# Passes: %d (--passes): the sweep runs %d times, each printed; then per size the "
+            "median and [min-max] of the passes\n",
+            a->passes, a->passes);
 }
 
 void bench_report_header(struct bench_report *r) {
@@ -206,6 +211,7 @@ void bench_report_row(struct bench_report *r, const struct bench_case *c,
   fflush(r->out);
   if (r->json) bench_json_row(r, c, res);
   if (r->args->plot_path) keep_point(r, c, res);
+  if (r->args->passes > 1) bench_passes_keep(r, c, res);
 }
 
 double bench_report_close(struct bench_report *r) {
@@ -224,6 +230,9 @@ double bench_report_close(struct bench_report *r) {
   fprintf(r->out, "#\n# Collective test concluded: %s\n#\n", bench_colls[r->args->coll].name);
   fflush(r->out);
   if (r->json) bench_json_close(r, avg);
+  free(r->pass_rows);
+  r->pass_rows = NULL;
+  r->npass_rows = r->pass_rows_cap = 0;
   return r->wrong_total;
 }
 

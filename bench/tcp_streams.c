@@ -11,8 +11,8 @@
  *
  * Plain POSIX sockets with no weft code, so it measures what the machine
  * gives any program. A last line gives one thread's memcpy rate, the
- * bound of a copy a rank makes on its own (a broadcast root out of
- * place). */
+ * bound of a copy a rank makes on one thread (a broadcast root out of
+ * place without the host engine's copy threads). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -332,7 +332,8 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   printf("# one thread's memcpy of --bytes: %.2f GB/s (a broadcast root's copy to its own "
-         "output out of place runs at most this fast)\n",
+         "output out of place runs at most this fast on one thread; WEFT_HOST_COPY_THREADS "
+         "shares it)\n",
          memcpy_rate(o.bytes, o.seconds));
   if (server > 0) {
     kill(server, SIGTERM);

@@ -9,7 +9,9 @@
  * Algorithm and transport are per-process parameters, so each session is
  * this binary run again (harness_exec_self) with NCCL_ALGO and
  * NCCL_SHM_DISABLE set; inside it, one communicator per rank count runs all
- * of its cases in a loop, to keep the suite fast.
+ * of its cases in a loop, to keep the suite fast. A few sessions force the
+ * host engine's copy pool on (WEFT_HOST_COPY_THREADS) and check that its
+ * threads ran at the root of the large out-of-place broadcast.
  *
  * Inputs are small integers (products: 1, -1 and a few 2s) so every result
  * is exact in its type; only ncclAvg on floating types gets a tolerance.
@@ -18,6 +20,7 @@
  * out-of-place inputs must come back untouched. Inputs repeat with a prime
  * period, so references are tables of one period. */
 #include <check.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -510,6 +513,24 @@ struct session {
   int allreduce_only;
 };
 
+/* Threads of this process named weft-copy (the host engine's copy pool). */
+static int copy_threads_now(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  struct dirent *e;
+  while (d != NULL && (e = readdir(d)) != NULL) {
+    char path[300], name[32] = "";
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) continue;
+    if (fgets(name, sizeof name, f) != NULL) n += strncmp(name, "weft-copy", 9) == 0;
+    fclose(f);
+  }
+  if (d != NULL) closedir(d);
+  return n;
+}
+
 static int session_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   const struct session *ses = arg;
   struct ctx c = {.rank = rank, .nranks = nranks};
@@ -527,6 +548,15 @@ static int session_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
     if (coll_large(&c, (enum coll)k, &b, &salt)) return 1;
   }
   if (!ses->allreduce_only && p2p_matrix(&c, &b, &salt)) return 1;
+  /* The last rank was the root of a large out-of-place broadcast, whose
+   * copy went to the pool (coll_large). */
+  const char *copy = getenv("WEFT_HOST_COPY_THREADS");
+  int want = copy != NULL ? atoi(copy) : 0;
+  if (want > 0 && !ses->allreduce_only && rank == nranks - 1)
+    HCHECK(copy_threads_now() == want,
+           "rank %d: %d copy threads after a large out-of-place broadcast at this root, "
+           "expected WEFT_HOST_COPY_THREADS=%d",
+           rank, copy_threads_now(), want);
   HNCCL(ncclCommDestroy(c.comm));
   free(c.t);
   free(b.send);
@@ -559,13 +589,27 @@ static const struct session sessions[] = {
 };
 #define NSESSIONS (int)(sizeof sessions / sizeof sessions[0])
 
-START_TEST(test_session) {
-  const struct session *ses = &sessions[_i];
+/* The host engine's copy pool forced on CI's 2 cores
+ * (WEFT_HOST_COPY_THREADS): broadcast roots' copies, one-rank copies and
+ * copies to self on threads beside the engine's. */
+static const struct {
+  struct session ses;
+  int threads;
+} copy_sessions[] = {
+    {{1, "ring", 0, 0}, 2},
+    {{2, "ring", 1, 0}, 2},
+    {{3, NULL, 0, 0}, 2},
+    {{4, NULL, 1, 0}, 3},
+};
+#define NCOPY_SESSIONS (int)(sizeof copy_sessions / sizeof copy_sessions[0])
+
+static void run_session(const struct session *ses, int copy_threads, int idx) {
   char nranks[16], only[16], algo[128];
   snprintf(nranks, sizeof nranks, "%d", ses->nranks);
   snprintf(only, sizeof only, "%d", ses->allreduce_only);
   char *argv[] = {"test_collectives", "--session", nranks, only, NULL};
-  const char *env[4] = {NULL, NULL, NULL, NULL};
+  const char *env[5] = {NULL, NULL, NULL, NULL, NULL};
+  char copy[64];
   int ne = 0;
   if (ses->algo != NULL) {
     snprintf(algo, sizeof algo, "NCCL_ALGO=%s", ses->algo);
@@ -574,16 +618,28 @@ START_TEST(test_session) {
     env[ne++] = "NCCL_ALGO";
   }
   env[ne++] = ses->shm_disable ? "NCCL_SHM_DISABLE=1" : "NCCL_SHM_DISABLE";
+  snprintf(copy, sizeof copy, "WEFT_HOST_COPY_THREADS=%d", copy_threads);
+  env[ne++] = copy_threads > 0 ? copy : "WEFT_HOST_COPY_THREADS";
   char err_path[256];
-  snprintf(err_path, sizeof err_path, "/tmp/weft-test-collectives-%d-%d.err", (int)getpid(), _i);
+  snprintf(err_path, sizeof err_path, "/tmp/weft-test-collectives-%d-%d.err", (int)getpid(), idx);
   int st = harness_exec_self(argv, env, NULL, err_path, SESSION_TIMEOUT_S + 10, NULL);
   char *err = harness_read_file(err_path);
   unlink(err_path);
   ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "session %d ranks NCCL_ALGO=%s NCCL_SHM_DISABLE=%d%s failed (status 0x%x): %s",
-                ses->nranks, ses->algo ? ses->algo : "(unset)", ses->shm_disable,
+                "session %d ranks NCCL_ALGO=%s NCCL_SHM_DISABLE=%d WEFT_HOST_COPY_THREADS=%d%s "
+                "failed (status 0x%x): %s",
+                ses->nranks, ses->algo ? ses->algo : "(unset)", ses->shm_disable, copy_threads,
                 ses->allreduce_only ? " (AllReduce only)" : "", st, err ? err : "(no output)");
   free(err);
+}
+
+START_TEST(test_session) {
+  run_session(&sessions[_i], 0, _i);
+}
+END_TEST
+
+START_TEST(test_copy_session) {
+  run_session(&copy_sessions[_i].ses, copy_sessions[_i].threads, NSESSIONS + _i);
 }
 END_TEST
 
@@ -594,6 +650,7 @@ int main(int argc, char **argv) {
   TCase *tc = tcase_create("sessions");
   tcase_set_timeout(tc, SESSION_TIMEOUT_S + 30);
   tcase_add_loop_test(tc, test_session, 0, NSESSIONS);
+  tcase_add_loop_test(tc, test_copy_session, 0, NCOPY_SESSIONS);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -131,6 +131,13 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "host ranks' socket links: 1 moves messages over 64 KiB through the socket "
                 "network's helper threads and data sockets, 0 moves every message on the "
                 "control socket from the rank's own thread (one stream per link)"),
+    [WEFT_PARAM_HOST_COPY_THREADS] =
+        INT_ROW("WEFT_HOST_COPY_THREADS", -1, -1, 64,
+                "-1 (none below 4 cores per local rank, else half the cores per local rank, "
+                "at most 4)",
+                "threads of a host rank that copy the host engine's large local copies (a "
+                "broadcast root's input to its output, a one-rank collective out of place, "
+                "send/recv to self) beside the engine's own; 0: the engine copies alone"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "base/cpus.h"
 #include "core/comm.h"
 #include "base/debug.h"
 #include "core/failure.h"
@@ -274,6 +275,8 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   for (int r = 0; r < comm->nranks; r++)
     local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
   h->spin_pure = weft_spin_pure(local);
+  weft_host_copy_pool_init(&h->copy, weft_host_copy_threads(weft_cpus_usable(), local),
+                           comm->rank);
   atomic_init(&h->queued, 0);
   atomic_init(&h->finished, 0);
   atomic_init(&h->running, 0);
@@ -286,6 +289,7 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
     pthread_cond_destroy(&h->idle_cv);
     pthread_cond_destroy(&h->work_cv);
     pthread_mutex_destroy(&h->lock);
+    weft_host_copy_pool_stop(&h->copy);
     free(h);
     return ncclSystemError;
   }
@@ -317,6 +321,7 @@ void weft_host_engine_destroy(struct ncclComm *comm) {
     host_task_take(h, task, h->error != ncclSuccess ? h->error : ncclInternalError, &usage);
   }
   weft__host_worker_free(&h->w);
+  weft_host_copy_pool_stop(&h->copy); /* every run has ended: no copy is posted */
   pthread_cond_destroy(&h->idle_cv);
   pthread_cond_destroy(&h->work_cv);
   pthread_mutex_destroy(&h->lock);

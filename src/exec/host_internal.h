@@ -9,6 +9,7 @@
 
 #include "core/connect.h"
 #include "exec/host.h"
+#include "exec/host_copy.h"
 #include "transport/transport.h"
 
 /* A reducing receive lands in pieces of this size (a multiple of every
@@ -65,10 +66,13 @@ struct weft_host_lane {
   uint64_t rx_hdr_val;
   int skip_buf; /* p2p: later receives of this op are skipped (-1: none) */
   /* A LOCAL copy beside a send, made a piece at a time between the
-   * other lanes' turns (cp_left bytes still to copy). */
+   * other lanes' turns (cp_left bytes still to copy); or, when the copy
+   * pool takes it (cp_pooled), posted there as cp_job. */
   char *cp_dst;
   const char *cp_src;
   size_t cp_left;
+  int cp_pooled;
+  struct weft_host_copy cp_job;
   /* Engine-owned. */
   char *piece;
   char *scratch;
@@ -137,6 +141,7 @@ struct weft_host_engine {
   _Atomic int running;       /* a thread (worker or waiter) is running tasks */
 
   int64_t spin_pure; /* polls before a wait yields (weft_spin_pure) */
+  struct weft_host_copy_pool copy; /* large local copies (host_copy.h) */
   struct weft_host_worker w;
 };
 

@@ -141,6 +141,27 @@ static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
   return ncclSuccess;
 }
 
+/* A LOCAL copy: a large one goes to the copy pool, whose threads copy it
+ * while this one runs the lanes; else, beside a send (a broadcast root's),
+ * it is copied a piece at a time while the transport moves the send and
+ * the other lanes take turns; else at once. */
+static void lane_start_local(struct weft_host_run *r, struct weft_host_lane *l,
+                             const struct weft_step *st) {
+  char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
+  const char *src = run_buf(r, l, st->local_buf, st->local_off);
+  size_t bytes = dst != src ? st->recv_bytes : 0;
+  if (weft_host_copy_wants(&r->h->copy, bytes)) {
+    weft_host_copy_post(&r->h->copy, &l->cp_job, dst, src, bytes);
+    l->cp_pooled = 1;
+  } else if (st->flags & WEFT_STEP_SEND) {
+    l->cp_dst = dst;
+    l->cp_src = src;
+    l->cp_left = bytes;
+  } else if (bytes > 0) {
+    memcpy(dst, src, bytes);
+  }
+}
+
 static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_lane *l) {
   const struct weft_step *st = &l->lane->steps[l->step];
   l->started = 1;
@@ -149,26 +170,19 @@ static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_la
   l->tx_hdr = 0;
   l->rx_mode = WEFT_HOST_RX_NONE;
   l->cp_left = 0;
-  if (st->flags & WEFT_STEP_LOCAL) {
-    char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
-    const char *src = run_buf(r, l, st->local_buf, st->local_off);
-    if (st->flags & WEFT_STEP_SEND) {
-      /* Beside a send (a broadcast root's): copied a piece at a time while
-       * the transport moves the send and the other lanes take turns. */
-      l->cp_dst = dst;
-      l->cp_src = src;
-      l->cp_left = dst != src ? st->recv_bytes : 0;
-    } else if (st->recv_bytes > 0 && dst != src) {
-      memcpy(dst, src, st->recv_bytes);
-    }
-  }
+  if (st->flags & WEFT_STEP_LOCAL) lane_start_local(r, l, st);
   if (st->flags & WEFT_STEP_SEND) lane_start_send(r, l, st);
   if (st->flags & WEFT_STEP_RECV) WEFT_CHECK(lane_start_recv(r, l, st));
   return ncclSuccess;
 }
 
-/* One piece of a LOCAL copy beside a send. */
+/* One piece of a LOCAL copy beside a send; or whether the pool finished
+ * the lane's copy. */
 static void lane_copy(struct weft_host_lane *l, int *moved) {
+  if (l->cp_pooled && weft_host_copy_finished(&l->cp_job)) {
+    l->cp_pooled = 0;
+    *moved = 1;
+  }
   if (l->cp_left == 0) return;
   size_t n = l->cp_left < WEFT_HOST_PIECE_BYTES ? l->cp_left : WEFT_HOST_PIECE_BYTES;
   memcpy(l->cp_dst, l->cp_src, n);
@@ -294,7 +308,8 @@ static ncclResult_t lane_progress(struct weft_host_run *r, struct weft_host_lane
     WEFT_CHECK(lane_tx(l, moved));
     WEFT_CHECK(lane_rx(r, l, moved));
     lane_copy(l, moved);
-    if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE || l->cp_left > 0)
+    if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE || l->cp_left > 0 ||
+        l->cp_pooled)
       return ncclSuccess;
     lane_step_finish(r, l);
     l->step++;
@@ -335,15 +350,37 @@ static ncclResult_t run_prepare(struct weft_host_run *r) {
     l->step = 0;
     l->started = 0;
     l->skip_buf = -1;
+    l->cp_pooled = 0;
     WEFT_CHECK(lane_scratch(r, l, l->lane->scratch_bytes));
   }
   return ncclSuccess;
 }
 
-ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
+/* Nothing moved, and some lane waits for the copy pool: take a piece of
+ * its copies here, or, when every piece is taken, sleep until one is
+ * done. 1 when that was the case (the caller counts it as progress). */
+static int run_copy_idle(struct weft_host_run *r) {
+  struct weft_host_worker *w = &r->h->w;
+  int pooled = 0;
+  for (int i = 0; i < r->plan->nlanes && !pooled; i++) pooled = w->lanes[i].cp_pooled;
+  if (!pooled) return 0;
+  if (!weft_host_copy_help(&r->h->copy)) weft_host_copy_wait(&r->h->copy);
+  return 1;
+}
+
+/* After a failure: no pool thread may still write the user's buffers. */
+static void run_copy_cancel(struct weft_host_run *r) {
+  struct weft_host_worker *w = &r->h->w;
+  for (int i = 0; i < r->plan->nlanes && i < w->lanes_cap; i++) {
+    if (!w->lanes[i].cp_pooled) continue;
+    weft_host_copy_cancel(&r->h->copy, &w->lanes[i].cp_job);
+    w->lanes[i].cp_pooled = 0;
+  }
+}
+
+static ncclResult_t run_lanes(struct weft_host_run *r) {
   struct weft_host_worker *w = &r->h->w;
   struct weft_progress_wait wait;
-  WEFT_CHECK(run_prepare(r));
   weft_progress_wait_init(&wait, 0, r->h->spin_pure);
   for (;;) {
     int moved = 0, active = 0;
@@ -356,7 +393,7 @@ ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
       active += !done;
     }
     if (!active) return ncclSuccess;
-    if (moved) {
+    if (moved || run_copy_idle(r)) {
       weft_progress_wait_moved(&wait);
       continue;
     }
@@ -368,4 +405,11 @@ ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
     WEFT_CHECK(weft_conn_progress_wait(&wait, w->pending, np, &r->h->comm->abort_flag,
                                        run_describe, r));
   }
+}
+
+ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
+  WEFT_CHECK(run_prepare(r));
+  ncclResult_t res = run_lanes(r);
+  if (res != ncclSuccess) run_copy_cancel(r);
+  return res;
 }
