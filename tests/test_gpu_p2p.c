@@ -9,9 +9,13 @@
  *    shows which path ran, and replayed on new inputs (the pairs' counts
  *    live on the device);
  *  - big: an all-to-all of 1 Mi floats per pair, many CTAs per rank;
+ *  - inplace: two ranks send from the buffers they receive into, two from
+ *    separate ones (every pairing: exchanged, waiting, plain);
  *  - mismatch: rank 1 receives one element more than rank 0 sends: both
  *    communicators report the error, the receive buffer is untouched, and
- *    nothing hangs.
+ *    nothing hangs;
+ *  - self (a case of its own): each rank sends 256 MiB to itself, one
+ *    rank after the other.
  * Exits 77 (skip) when there is no GPU. */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -210,6 +214,75 @@ START_TEST(big) {
 }
 END_TEST
 
+/* In place against out of place: ranks 0 and 2 send each block from the
+ * buffer they receive it into (a pair of two such ranks is exchanged by
+ * one of them; to themselves nothing moves), ranks 1 and 3 from separate
+ * buffers (they wait for an in-place peer's send before they write into
+ * its buffer). Twice, on new data. */
+START_TEST(inplace) {
+  const int n = 4;
+  const size_t c = 100003;
+  struct ranks rs;
+  ranks_open(&rs, n);
+  float *buf[MAXR], *src[MAXR];
+  for (int r = 0; r < n; r++) {
+    buf[r] = dev_alloc(c * n);
+    src[r] = r % 2 ? dev_alloc(c * n) : buf[r];
+  }
+  for (int rep = 0; rep < 2; rep++) {
+    for (int r = 0; r < n; r++) {
+      if (r % 2) ck_assert_int_eq(cudaMemset(buf[r], 0xff, c * n * sizeof(float)), cudaSuccess);
+      for (int q = 0; q < n; q++) fill(src[r] + (size_t)q * c, r, q, c, rep);
+    }
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++) {
+        ck_assert_int_eq(
+            ncclSend(src[r] + (size_t)q * c, c, ncclFloat, q, rs.comms[r], rs.streams[r]),
+            ncclSuccess);
+        ck_assert_int_eq(
+            ncclRecv(buf[r] + (size_t)q * c, c, ncclFloat, q, rs.comms[r], rs.streams[r]),
+            ncclSuccess);
+      }
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    ranks_sync(&rs);
+    for (int r = 0; r < n; r++)
+      for (int q = 0; q < n; q++) expect(buf[r] + (size_t)q * c, q, r, c, rep, "in place");
+  }
+  for (int r = 0; r < n; r++) {
+    cudaFree(buf[r]);
+    if (r % 2) cudaFree(src[r]);
+  }
+  ranks_close(&rs, 0);
+}
+END_TEST
+
+/* Each rank sends 64 Mi floats to itself only: a direct kernel that waits
+ * for no peer (so a profiler that runs kernels one at a time can measure
+ * its copy loop: docs/CUDA.md, "Kernel quality"). */
+START_TEST(self) {
+  const int n = 2;
+  const size_t c = (size_t)64 << 20;
+  struct ranks rs;
+  ranks_open(&rs, n);
+  float *sb[MAXR], *rb[MAXR];
+  for (int r = 0; r < n; r++) sb[r] = dev_alloc(c), rb[r] = dev_alloc(c), fill(sb[r], r, r, c, 0);
+  for (int rep = 0; rep < 3; rep++) {
+    for (int r = 0; r < n; r++) {
+      ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+      ck_assert_int_eq(ncclSend(sb[r], c, ncclFloat, r, rs.comms[r], rs.streams[r]), ncclSuccess);
+      ck_assert_int_eq(ncclRecv(rb[r], c, ncclFloat, r, rs.comms[r], rs.streams[r]), ncclSuccess);
+      ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+      ck_assert_int_eq(cudaStreamSynchronize(rs.streams[r]), cudaSuccess);
+    }
+    ranks_sync(&rs);
+  }
+  for (int r = 0; r < n; r++) expect(rb[r], r, r, c, 0, "self");
+  for (int r = 0; r < n; r++) cudaFree(sb[r]), cudaFree(rb[r]);
+  ranks_close(&rs, 0);
+}
+END_TEST
+
 START_TEST(mismatch) {
   struct ranks rs;
   ranks_open(&rs, 2);
@@ -250,8 +323,14 @@ int main(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_loop_test(tc, mixed, 0, 2);
   tcase_add_test(tc, big);
+  tcase_add_test(tc, inplace);
   tcase_add_test(tc, mismatch);
   suite_add_tcase(s, tc);
+  /* Its own case: CK_RUN_CASE=self runs it alone (under a profiler). */
+  TCase *own = tcase_create("self");
+  tcase_set_timeout(own, 240);
+  tcase_add_test(own, self);
+  suite_add_tcase(s, own);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_VERBOSE);

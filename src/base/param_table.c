@@ -81,9 +81,8 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_DIRECT_LL_MAX] =
         INT_ROW("WEFT_DIRECT_LL_MAX", 32768, 0, 1048576, "32768",
-                "largest per-rank payload (bytes) of a direct AllReduce, AllGather or "
-                "ReduceScatter that runs in LL lines with no barrier (ranks of one process on "
-                "one GPU); 0: never"),
+                "largest per-rank payload (bytes) of a direct collective that runs in LL lines "
+                "with no barrier (ranks of one process on one GPU); 0: never"),
     [WEFT_PARAM_DIRECT_CTA_BYTES] =
         INT_ROW("WEFT_DIRECT_CTA_BYTES", 262144, 4096, 1073741824, "262144",
                 "bytes of a rank's share of a direct collective or send/recv (ranks of one "

@@ -239,9 +239,8 @@ ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
                                     const struct weft_dev_conns *conns, int sys, int nctas,
                                     cudaStream_t stream);
 
-/* The same for a small AllReduce, AllGather or ReduceScatter in LL lines,
- * no barrier (direct_ll.cu): bytes is a sender's payload (count * element;
- * at most the board's ll_bytes). */
+/* The same for a small call in LL lines, no barrier (direct_ll.cu): bytes
+ * is a sender's payload (count * element; at most the board's ll_bytes). */
 ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *d,
                                        struct weft_dev_board *const *table,
                                        const struct weft_dev_conns *conns, size_t bytes, int nctas,
@@ -251,6 +250,7 @@ ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *d,
  * how): at most one send to and one receive from each peer, by rank. */
 struct weft_dev_direct_p2p {
   uint64_t send_mask, recv_mask; /* bit p: a send to (a receive from) peer p */
+  uint64_t inplace_mask;         /* bit p: the send to p is from the receive's buffer */
   const void *send_buf[WEFT_DEV_DIRECT_MAX_RANKS];
   size_t send_bytes[WEFT_DEV_DIRECT_MAX_RANKS];
   void *recv_buf[WEFT_DEV_DIRECT_MAX_RANKS];

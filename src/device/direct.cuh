@@ -17,7 +17,7 @@ struct direct_p2p_slot {
   uint64_t seq;
   char *addr;
   size_t bytes;
-  uint64_t pad;
+  uint64_t inplace; /* the rank's send to this peer is from addr (and as long) */
 };
 /* A send a rank finished for a peer: written by the sender, read by the
  * receiver (bytes: what the sender had, to catch a size mismatch). */
@@ -42,6 +42,7 @@ struct weft_dev_board {
   alignas(128) struct direct_p2p_sent sent[WEFT_DEV_DIRECT_MAX_RANKS];
   alignas(128) uint64_t send_seq[WEFT_DEV_DIRECT_MAX_RANKS];
   uint64_t recv_seq[WEFT_DEV_DIRECT_MAX_RANKS];
+  unsigned send_arrive[WEFT_DEV_DIRECT_MAX_RANKS]; /* CTAs done with the send to a peer */
   unsigned p2p_arrive;
   /* Small collectives in LL lines (direct_ll.cu): the rank's scratch,
    * [2 call parities][nranks senders][ll_lines lines], written by every
@@ -50,6 +51,8 @@ struct weft_dev_board {
   size_t ll_lines;
   alignas(128) uint64_t ll_epoch;
   unsigned ll_arrive;
+  unsigned ll_prev_all;          /* the last LL call needed every rank's lines */
+  alignas(128) uint64_t ll_done; /* the last LL call the rank finished reading */
 };
 
 /* Thread 0: until *w reaches e (peer: whose board, for a timeout's

@@ -1,22 +1,25 @@
 /* Small direct collectives in LL lines: where every rank lives in one
- * process (direct.cu), a small AllReduce, AllGather or ReduceScatter is
- * one kernel per rank with no barrier at all:
+ * process (direct.cu), a small AllReduce, AllGather, ReduceScatter,
+ * Broadcast or Reduce is one kernel per rank with no barrier:
  *
  *  1. Push: the rank writes what each peer needs from it (AllReduce,
- *     AllGather: its input; ReduceScatter: the peer's block) as LL lines (ll_line.cuh: data and
- * flag in one 16-byte store) into its own slot of the peer's scratch.
- *  2. Pull: the rank waits for the lines in its own scratch, from every
- *     sender, and reduces them in rank order (so every rank gets
- *     the same bits) or copies them into its output.
+ *     AllGather: its input; ReduceScatter: the peer's block; Broadcast:
+ *     the root's input, from the root; Reduce: every input, to the root)
+ *     as LL lines (ll_line.cuh: data and flag in one 16-byte store) into
+ *     its own slot of the peer's scratch.
+ *  2. Pull: the rank waits for the lines in its own scratch, from the
+ *     senders it needs, and reduces them in rank order (so every rank
+ *     gets the same bits) or copies them into its output.
  * No peer reads or writes the rank's buffers, so nothing waits for a peer
- * to finish: the flags say when data is there. The flag is the call's
- * number (the board's ll_epoch, advanced by the kernel, so graph replays
- * work), and calls alternate between two halves of the scratch: a peer
- * writes call e + 2's lines over call e's only after it has this rank's
- * lines of call e + 1, which this rank writes after it read call e's.
- * That holds because every rank needs every rank's lines; a Broadcast's
- * root or a Reduce's other ranks would wait for nobody and could run two
- * calls ahead, so those two stay on the barrier kernel (direct.cu). */
+ * to finish. The flag is the call's number (the board's ll_epoch,
+ * advanced by the kernel, so graph replays work), and calls alternate
+ * between two halves of the scratch: call e's lines overwrite call
+ * e - 2's, which the peer must have read. Where call e - 1 needed every
+ * rank's lines (AllReduce, AllGather, ReduceScatter) that is implied: the
+ * peer started e - 1, so it finished e - 2. After a Broadcast or Reduce,
+ * whose root (or other ranks) waits for nobody and could run ahead, the
+ * rank first waits for each peer it writes to to have finished e - 2 (the
+ * peer's ll_done, one thread a peer). */
 #include "device/dev_check.cuh"
 #include "device/direct.cuh"
 #include "device/ll_line.cuh"
@@ -24,7 +27,7 @@
 struct direct_ll_args {
   exec_args x;
   weft_dev_board *const *boards;
-  int rank, nranks, func, dt, op, avg;
+  int rank, nranks, func, root, dt, op, avg;
   size_t bytes; /* a sender's slot: count * element (per rank for AllGather, ReduceScatter) */
   const char *in;
   char *out;
@@ -148,27 +151,49 @@ __device__ void ll_push(const direct_ll_args &a, uint64_t e, int q, const char *
   }
 }
 
+/* Whether the rank writes lines into q's scratch in this call. */
+__device__ __forceinline__ int ll_pushes_to(const direct_ll_args &a, int q) {
+  if (a.func == WEFT_FUNC_BROADCAST) return a.rank == a.root;
+  if (a.func == WEFT_FUNC_REDUCE) return q == a.root;
+  return 1;
+}
+
+__device__ __forceinline__ int ll_needs_all(int func) {
+  return func == WEFT_FUNC_ALLREDUCE || func == WEFT_FUNC_ALLGATHER ||
+         func == WEFT_FUNC_REDUCESCATTER;
+}
+
 __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     weft_direct_ll_kernel(const __grid_constant__ direct_ll_args a) {
   __shared__ uint64_t epoch;
+  __shared__ unsigned prev_all;
   weft_dev_board *me = a.boards[a.rank];
-  if (threadIdx.x == 0) epoch = *(volatile uint64_t *)&me->ll_epoch + 1;
+  if (threadIdx.x == 0) {
+    epoch = *(volatile uint64_t *)&me->ll_epoch + 1;
+    prev_all = *(volatile unsigned *)&me->ll_prev_all;
+  }
   __syncthreads();
   const uint64_t e = epoch;
   const int n = a.nranks, r = a.rank;
+  /* Call e's lines go where call e - 2's were: the peer must have read
+   * those. Implied where call e - 1 needed every rank's lines (the peer
+   * then started e - 1, so it finished e - 2); otherwise asked, every
+   * peer by a thread of its own. */
+  if (e > 2 && !prev_all) {
+    int ok = 1;
+    for (int q = threadIdx.x; q < n; q += blockDim.x)
+      if (q != r && ll_pushes_to(a, q))
+        ok &= direct_wait(a.x, &a.boards[q]->ll_done, 0, e - 2, WEFT_DEV_WAIT_PEER_DONE, q);
+    if (!__syncthreads_and(ok)) return;
+  }
   const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t G = (size_t)gridDim.x * blockDim.x;
   const size_t nlines = (a.bytes + 7) / 8;
   for (int k = 1; k <= n; k++) { /* peers from r + 1 on: the ranks spread over the receivers */
     const int q = (r + k) % n;
-    switch (a.func) {
-      case WEFT_FUNC_ALLREDUCE:
-      case WEFT_FUNC_ALLGATHER: ll_push(a, e, q, a.in, g, G, nlines); break;
-      case WEFT_FUNC_REDUCESCATTER:
-        ll_push(a, e, q, a.in + (size_t)q * a.bytes, g, G, nlines);
-        break;
-      default: break;
-    }
+    if (!ll_pushes_to(a, q)) continue;
+    const char *src = a.in + (a.func == WEFT_FUNC_REDUCESCATTER ? (size_t)q * a.bytes : 0);
+    ll_push(a, e, q, src, g, G, nlines);
   }
   int ok = 1;
   switch (a.func) {
@@ -176,6 +201,10 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     case WEFT_FUNC_REDUCESCATTER:
       ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
       break;
+    case WEFT_FUNC_REDUCE:
+      if (r == a.root) ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
+      break;
+    case WEFT_FUNC_BROADCAST: ok = ll_copy(a, e, a.root, g, G, nlines, a.out); break;
     case WEFT_FUNC_ALLGATHER:
       for (int k = 0; k < n && ok; k++)
         ok = ll_copy(a, e, (r + k) % n, g, G, nlines, a.out + (size_t)((r + k) % n) * a.bytes);
@@ -187,7 +216,9 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
   if (!__syncthreads_and(ok)) return;
   if (threadIdx.x == 0 && atomicAdd(&me->ll_arrive, 1u) == gridDim.x - 1) {
     me->ll_arrive = 0;
+    me->ll_prev_all = ll_needs_all(a.func);
     *(volatile uint64_t *)&me->ll_epoch = e;
+    st_release(&me->ll_done, e, 0);
   }
 }
 
@@ -200,6 +231,7 @@ extern "C" ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *
   a.rank = conns->rank;
   a.nranks = conns->nranks;
   a.func = d->func;
+  a.root = d->root;
   a.dt = (int)d->datatype;
   a.op = exec_op_of(d->op);
   a.avg = d->op == ncclAvg;

@@ -5,19 +5,27 @@
  * direction with their peer in the group (the caller keeps the others on
  * the FIFO plan):
  *
- *  1. The rank's first CTA posts each receive on its board: the buffer and
- *     its size, then the call's number with that peer (seq). Posting waits
- *     for nothing, so no two ranks can wait on each other here.
+ *  1. The rank's first CTA posts each receive on its board: the buffer,
+ *     its size and whether the rank's send to that peer is from the same
+ *     buffer (in place), then the call's number with that peer (seq).
+ *     Posting waits for nothing, so no two ranks can wait on each other
+ *     here.
  *  2. Every CTA takes every send in turn (peers from rank + 1 on, so the
  *     ranks spread over the receivers): thread 0 waits until the peer
  *     posted this call's receive, then the CTAs copy their share of the
- *     bytes into it. A send whose size differs from the receive's copies
- *     nothing and sets the error word (WEFT_DEV_ERR_P2P_SIZE), as the FIFO
- *     path does; no buffer is overrun.
- *  3. Each CTA fences its writes and counts itself; the last one marks
- *     every send finished (with its size) on the rank's board, then waits
- *     until every peer it receives from finished its send, and checks the
- *     size that peer had against its own.
+ *     bytes into it, and the last CTA done marks the send finished (with
+ *     its size). Where the peer is in place, the peer's receive buffer is
+ *     what it sends from: both in place, one of the two ranks exchanges
+ *     the two blocks and the other moves nothing (no copy aside, every
+ *     byte read and written once); the peer alone, the rank's copy waits
+ *     (in a second round, after every other send) until the peer's send
+ *     finished. That send never waits, so no sends wait in a circle. A
+ *     send whose size differs from the receive's copies nothing and sets
+ *     the error word (WEFT_DEV_ERR_P2P_SIZE), as the FIFO path does; no
+ *     buffer is overrun.
+ *  3. The rank's last CTA waits until every peer it receives from
+ *     finished its send, and checks the size that peer had against its
+ *     own.
  * A receiver's next post for a peer comes only after that peer finished
  * the current send, so a sender never reads a post of another call. The
  * counts live on the board and the kernel advances them, so a captured
@@ -53,37 +61,122 @@ __device__ __forceinline__ int has(uint64_t mask, int p) {
   return (int)((mask >> p) & 1u);
 }
 
-/* Step 2 for the send to p: 0 once the kernel must stop. */
-__device__ int p2p_send(const direct_p2p_args &a, int p, char **dst, size_t *room) {
+/* b's bytes to a and a's to b, n of them, over the CTAs: an in-place pair
+ * exchanged by one of its two ranks. */
+__device__ void p2p_swap(char *x, char *y, size_t n) {
+  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t G = (size_t)gridDim.x * blockDim.x;
+  size_t done = 0;
+  if ((((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+    const size_t nv = n / 16;
+    for (size_t i = g; i < nv; i += G * 2) {
+      uint4 u[2], v[2];
+#pragma unroll
+      for (int k = 0; k < 2; k++)
+        if (i + k * G < nv) u[k] = ((uint4 *)x)[i + k * G], v[k] = ((uint4 *)y)[i + k * G];
+#pragma unroll
+      for (int k = 0; k < 2; k++)
+        if (i + k * G < nv) ((uint4 *)x)[i + k * G] = v[k], ((uint4 *)y)[i + k * G] = u[k];
+    }
+    done = nv * 16;
+  }
+  for (size_t i = done + g; i < n; i += G) {
+    char t = x[i];
+    x[i] = y[i];
+    y[i] = t;
+  }
+}
+
+/* What a send does once its peer posted the receive. Both ends in place
+ * (the send's buffer is the receive's from the same peer, on both ranks):
+ * one of the two exchanges both blocks (SWAP), the other does nothing
+ * (SKIP). The peer alone in place: this rank writes into the buffer the
+ * peer sends from, so it waits until that send is done (LATER); that send
+ * waits for nothing, so no two sends wait on each other. */
+enum { SEND_COPY, SEND_SWAP, SEND_SKIP, SEND_LATER };
+
+__device__ __forceinline__ int send_kind(const direct_p2p_args &a, int p, int peer_inplace) {
+  const int mine = has(a.ops.inplace_mask, p);
+  if (mine && p == a.rank) return SEND_SKIP; /* to itself, in place: nothing to move */
+  if (mine && peer_inplace) {
+    const int lo = p < a.rank ? p : a.rank, hi = p < a.rank ? a.rank : p;
+    return (((lo + hi) & 1) ? lo : hi) == a.rank ? SEND_SWAP : SEND_SKIP; /* spreads the pairs */
+  }
+  return peer_inplace ? SEND_LATER : SEND_COPY;
+}
+
+/* The shared view of a peer's post. */
+struct p2p_post {
+  char *dst;
+  size_t room;
+  int inplace, go;
+};
+
+/* Thread 0 waits for p's post of this call, then the CTA reads it. */
+__device__ void p2p_read_post(const direct_p2p_args &a, int p, p2p_post *post) {
   if (threadIdx.x == 0) {
-    weft_dev_board *peer = a.boards[p];
+    const weft_dev_board *peer = a.boards[p];
     const uint64_t s = a.boards[a.rank]->send_seq[p] + 1;
-    int go = direct_wait(a.x, &peer->recv[a.rank].seq, a.sys, s, WEFT_DEV_WAIT_PEER_READY, p);
-    *dst = go ? *(char *volatile *)&peer->recv[a.rank].addr : NULL;
-    *room = go ? *(volatile size_t *)&peer->recv[a.rank].bytes : 0;
-    if (!go) *room = ~(size_t)0;
+    post->go = direct_wait(a.x, &peer->recv[a.rank].seq, a.sys, s, WEFT_DEV_WAIT_PEER_READY, p);
+    post->dst = *(char *volatile *)&peer->recv[a.rank].addr;
+    post->room = *(volatile size_t *)&peer->recv[a.rank].bytes;
+    post->inplace = (int)*(volatile uint64_t *)&peer->recv[a.rank].inplace;
   }
   __syncthreads();
-  if (*room == ~(size_t)0) return 0;
-  const size_t n = a.ops.send_bytes[p];
-  if (n != *room) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) p2p_size_error(a.x, p);
-  } else if (n > 0) {
-    p2p_copy(*dst, (const char *)a.ops.send_buf[p], n);
+}
+
+/* The send to p is done on this CTA; the last CTA to say so marks it
+ * finished (with its size) on the rank's board. */
+__device__ void send_done(const direct_p2p_args &a, int p) {
+  __syncthreads(); /* the shared post is read before the next send */
+  if (threadIdx.x != 0) return;
+  weft_dev_board *me = a.boards[a.rank];
+  if (a.sys)
+    __threadfence_system();
+  else
+    __threadfence();
+  if (atomicAdd(&me->send_arrive[p], 1u) != gridDim.x - 1) return;
+  me->send_arrive[p] = 0;
+  me->sent[p].bytes = a.ops.send_bytes[p];
+  __threadfence();
+  st_release(&me->sent[p].seq, me->send_seq[p] + 1, a.sys);
+}
+
+/* Step 2 for the send to p (later: only the sends that had to wait for
+ * the peer's): 0 once the kernel must stop. */
+__device__ int p2p_send(const direct_p2p_args &a, int p, int later, p2p_post *post) {
+  p2p_read_post(a, p, post);
+  if (!post->go) return 0;
+  const int kind = send_kind(a, p, post->inplace);
+  if ((kind == SEND_LATER) != later) {
+    __syncthreads();
+    return 1;
   }
-  __syncthreads(); /* the shared dst and room are read before the next send */
+  if (kind == SEND_LATER) {
+    if (threadIdx.x == 0) {
+      const weft_dev_board *me = a.boards[a.rank];
+      post->go = direct_wait(a.x, &a.boards[p]->sent[a.rank].seq, a.sys, me->recv_seq[p] + 1,
+                             WEFT_DEV_WAIT_PEER_DONE, p);
+    }
+    __syncthreads();
+    if (!post->go) return 0;
+  }
+  const size_t n = a.ops.send_bytes[p];
+  if (n != post->room) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) p2p_size_error(a.x, p);
+  } else if (n > 0 && kind == SEND_SWAP) {
+    p2p_swap((char *)a.ops.send_buf[p], post->dst, n);
+  } else if (n > 0 && kind != SEND_SKIP) {
+    p2p_copy(post->dst, (const char *)a.ops.send_buf[p], n);
+  }
+  send_done(a, p);
   return 1;
 }
 
-/* Step 3, the rank's last CTA, thread 0. */
+/* Step 3, the rank's last CTA, thread 0: every receive's send finished. */
 __device__ void p2p_finish(const direct_p2p_args &a) {
   weft_dev_board *me = a.boards[a.rank];
   const int n = a.nranks;
-  for (int p = 0; p < n; p++) {
-    if (!has(a.ops.send_mask, p)) continue;
-    me->sent[p].bytes = a.ops.send_bytes[p];
-    st_release(&me->sent[p].seq, me->send_seq[p] + 1, a.sys);
-  }
   for (int q = 0; q < n; q++) {
     if (!has(a.ops.recv_mask, q)) continue;
     const weft_dev_board *peer = a.boards[q];
@@ -101,8 +194,7 @@ __device__ void p2p_finish(const direct_p2p_args &a) {
 
 __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     weft_direct_p2p_kernel(const __grid_constant__ direct_p2p_args a) {
-  __shared__ char *dst;
-  __shared__ size_t room;
+  __shared__ p2p_post post;
   weft_dev_board *me = a.boards[a.rank];
   const int n = a.nranks, r = a.rank;
   if (blockIdx.x == 0)
@@ -110,20 +202,18 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
       if (!has(a.ops.recv_mask, q)) continue;
       me->recv[q].addr = (char *)a.ops.recv_buf[q];
       me->recv[q].bytes = a.ops.recv_bytes[q];
+      me->recv[q].inplace = has(a.ops.inplace_mask, q);
       st_release(&me->recv[q].seq, me->recv_seq[q] + 1, a.sys);
     }
   int go = 1;
-  for (int k = 1; k <= n && go; k++) {
-    const int p = (r + k) % n; /* the rank itself last */
-    if (has(a.ops.send_mask, p)) go = p2p_send(a, p, &dst, &room);
-  }
+  for (int later = 0; later < 2 && go; later++)
+    for (int k = 1; k <= n && go; k++) {
+      const int p = (r + k) % n; /* the rank itself last */
+      if (has(a.ops.send_mask, p)) go = p2p_send(a, p, later, &post);
+    }
   if (!go) return;
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (a.sys)
-      __threadfence_system();
-    else
-      __threadfence();
     if (atomicAdd(&me->p2p_arrive, 1u) == gridDim.x - 1) {
       me->p2p_arrive = 0;
       __threadfence();

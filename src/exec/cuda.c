@@ -652,25 +652,58 @@ static ncclResult_t streams_join(struct ncclComm *comm, const char *what, void *
   return ncclSuccess;
 }
 
+/* Whether op k, a direct send marked for staging, is an in-place twin:
+ * the direct receive from the same peer has its buffer and size, and it
+ * overlaps no other receive of the group. The direct kernel moves those
+ * without a copy aside (direct_p2p.cu). */
+static int inplace_twin(const struct weft_cuda_p2p *p, const unsigned char *direct, int k) {
+  const struct weft_p2p *o = &p->ops[k];
+  const char *lo = p->bufs[k], *hi = lo + o->bytes;
+  int twin = 0;
+  for (int j = 0; j < p->nops; j++) {
+    const struct weft_p2p *r = &p->ops[j];
+    if (r->is_send || r->bytes == 0) continue;
+    const char *rlo = p->bufs[j], *rhi = rlo + r->bytes;
+    if (direct[j] && r->peer == o->peer && rlo == lo && r->bytes == o->bytes)
+      twin = 1;
+    else if (rlo < hi && lo < rhi)
+      return 0;
+  }
+  return twin;
+}
+
 /* Copies the marked sends aside on s (one stream-ordered allocation) and
  * points bufs at the copies; *copies_out (NULL: none) is freed by the
- * caller in stream order after the kernel. */
+ * caller in stream order after the kernel. direct (NULL: none) marks the
+ * ops the direct kernel runs: their in-place twins stay where they are. */
 static ncclResult_t stage_sends(struct ncclComm *comm, const struct weft_cuda_p2p *p,
-                                cudaStream_t s, void **bufs, char **copies_out) {
+                                const unsigned char *direct, cudaStream_t s, void **bufs,
+                                char **copies_out) {
   size_t total = 0;
   *copies_out = NULL;
-  for (int k = 0; k < p->nops; k++)
-    if (p->stage[k]) total += (p->ops[k].bytes + 255) & ~(size_t)255;
-  if (total == 0) return ncclSuccess;
+  unsigned char *stage = malloc((size_t)(p->nops > 0 ? p->nops : 1));
+  if (stage == NULL) {
+    WARN("rank %d: send/recv: out of memory for %d operations", comm->rank, p->nops);
+    return ncclSystemError;
+  }
+  for (int k = 0; k < p->nops; k++) {
+    stage[k] = p->stage[k] && !(direct != NULL && direct[k] && inplace_twin(p, direct, k));
+    if (stage[k]) total += (p->ops[k].bytes + 255) & ~(size_t)255;
+  }
+  if (total == 0) {
+    free(stage);
+    return ncclSuccess;
+  }
   char *copies = NULL;
   cudaError_t err = cudaMallocAsync((void **)&copies, total, s);
   size_t off = 0;
   for (int k = 0; k < p->nops && err == cudaSuccess; k++) {
-    if (!p->stage[k] || p->ops[k].bytes == 0) continue;
+    if (!stage[k] || p->ops[k].bytes == 0) continue;
     err = cudaMemcpyAsync(copies + off, p->bufs[k], p->ops[k].bytes, cudaMemcpyDefault, s);
     bufs[k] = copies + off;
     off += (p->ops[k].bytes + 255) & ~(size_t)255;
   }
+  free(stage);
   if (err != cudaSuccess) {
     WARN("rank %d: send/recv: copying %zu bytes of sends that overlap receives: %s", comm->rank,
          total, cudaGetErrorString(err));
@@ -785,7 +818,7 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
   int ndirect = weft_cuda_direct_p2p_pick(e->direct, comm->nranks, p->ops, p->nops, direct);
   char *copies = NULL;
   ncclResult_t res = streams_join(comm, "send/recv", p->streams, p->nstreams, 1);
-  if (res == ncclSuccess) res = stage_sends(comm, p, s, bufs, &copies);
+  if (res == ncclSuccess) res = stage_sends(comm, p, ndirect > 0 ? direct : NULL, s, bufs, &copies);
   /* Every rank launches its direct part first: a direct kernel waits only
    * for its peers' direct kernels, never behind a FIFO plan. */
   if (res == ncclSuccess && ndirect > 0)

@@ -147,14 +147,10 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
                                  .sendbuff = in,
                                  .recvbuff = coll->recvbuff};
   /* Small: in LL lines, no barrier (a sender's payload: the input, or a
-   * rank's block of it). Only where every rank needs every rank's lines:
-   * then no rank runs two calls ahead of a peer and overwrites lines it
-   * has not read (a Broadcast's root or a Reduce's senders could). */
+   * rank's block of it). */
   size_t slot = coll->count * weft_dtype_size(coll->datatype);
   int64_t ll_max = weft_param_int(WEFT_PARAM_DIRECT_LL_MAX);
-  int all_to_all = coll->func == WEFT_FUNC_ALLREDUCE || coll->func == WEFT_FUNC_ALLGATHER ||
-                   coll->func == WEFT_FUNC_REDUCESCATTER;
-  if (all_to_all && (int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
+  if ((int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
     /* A line (8 bytes of a sender) a thread: the waits overlap. */
     size_t lines = (coll->func == WEFT_FUNC_ALLGATHER ? (size_t)comm->nranks : 1) * (slot + 7) / 8;
     size_t ctas = (lines + DIRECT_LL_THREADS - 1) / DIRECT_LL_THREADS;
@@ -206,6 +202,10 @@ ncclResult_t weft_cuda_direct_p2p_launch(struct ncclComm *comm, struct weft_cuda
       call.recv_bytes[p] = ops[k].bytes;
     }
   }
+  for (int p = 0; p < comm->nranks; p++)
+    if ((call.send_mask >> p & 1) && (call.recv_mask >> p & 1) &&
+        call.send_buf[p] == call.recv_buf[p] && call.send_bytes[p] == call.recv_bytes[p])
+      call.inplace_mask |= 1ull << p;
   return weft_dev_direct_p2p_launch(&call, d->table, conns, d->sys, direct_ctas(comm, sent),
                                     (cudaStream_t)stream);
 }
