@@ -319,18 +319,23 @@ int main(void) {
     return 77;
   }
   Suite *s = suite_create("gpu_p2p");
-  TCase *tc = tcase_create("direct");
-  tcase_set_timeout(tc, 240);
-  tcase_add_loop_test(tc, mixed, 0, 2);
-  tcase_add_test(tc, big);
-  tcase_add_test(tc, inplace);
-  tcase_add_test(tc, mismatch);
-  suite_add_tcase(s, tc);
-  /* Its own case: CK_RUN_CASE=self runs it alone (under a profiler). */
-  TCase *own = tcase_create("self");
-  tcase_set_timeout(own, 240);
-  tcase_add_test(own, self);
-  suite_add_tcase(s, own);
+  /* A case each: CK_RUN_CASE=NAME runs one alone (self: under a
+   * profiler). */
+  struct {
+    const char *name;
+    const TTest *test;
+    int loops;
+  } cases[] = {{"mixed", mixed, 2},
+               {"big", big, 1},
+               {"inplace", inplace, 1},
+               {"mismatch", mismatch, 1},
+               {"self", self, 1}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    TCase *tc = tcase_create(cases[i].name);
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, cases[i].test, 0, cases[i].loops);
+    suite_add_tcase(s, tc);
+  }
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
   srunner_run_all(sr, CK_VERBOSE);

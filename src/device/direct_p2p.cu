@@ -142,14 +142,18 @@ __device__ void send_done(const direct_p2p_args &a, int p) {
   st_release(&me->sent[p].seq, me->send_seq[p] + 1, a.sys);
 }
 
-/* Step 2 for the send to p (later: only the sends that had to wait for
- * the peer's): 0 once the kernel must stop. */
-__device__ int p2p_send(const direct_p2p_args &a, int p, int later, p2p_post *post) {
+/* Step 2 for the send to p: 0 once the kernel must stop. In the first
+ * round a send that must wait for the peer's is only noted in *later; the
+ * second round takes those (their post is still this call's: the peer
+ * cannot finish the call before they do). */
+__device__ int p2p_send(const direct_p2p_args &a, int p, int round, uint64_t *later,
+                        p2p_post *post) {
   p2p_read_post(a, p, post);
   if (!post->go) return 0;
   const int kind = send_kind(a, p, post->inplace);
-  if ((kind == SEND_LATER) != later) {
-    __syncthreads();
+  if (round == 0 && kind == SEND_LATER) {
+    __syncthreads(); /* the shared post is read before the next send */
+    if (threadIdx.x == 0) *later |= 1ull << p;
     return 1;
   }
   if (kind == SEND_LATER) {
@@ -195,6 +199,7 @@ __device__ void p2p_finish(const direct_p2p_args &a) {
 __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     weft_direct_p2p_kernel(const __grid_constant__ direct_p2p_args a) {
   __shared__ p2p_post post;
+  __shared__ uint64_t later; /* sends that wait for the peer's (second round) */
   weft_dev_board *me = a.boards[a.rank];
   const int n = a.nranks, r = a.rank;
   if (blockIdx.x == 0)
@@ -206,11 +211,15 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
       st_release(&me->recv[q].seq, me->recv_seq[q] + 1, a.sys);
     }
   int go = 1;
-  for (int later = 0; later < 2 && go; later++)
+  if (threadIdx.x == 0) later = 0;
+  for (int round = 0; round < 2 && go; round++) {
+    __syncthreads(); /* later, as thread 0 left it */
+    const uint64_t todo = round == 0 ? a.ops.send_mask : later;
     for (int k = 1; k <= n && go; k++) {
       const int p = (r + k) % n; /* the rank itself last */
-      if (has(a.ops.send_mask, p)) go = p2p_send(a, p, later, &post);
+      if (has(todo, p)) go = p2p_send(a, p, round, &later, &post);
     }
+  }
   if (!go) return;
   __syncthreads();
   if (threadIdx.x == 0) {
