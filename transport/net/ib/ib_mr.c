@@ -77,15 +77,15 @@ static struct ibv_mr *reg_one(struct weft_ib_port *p, enum weft_ib_mr_how how, u
   if (how == WEFT_IB_MR_DMABUF) {
     int fd = -1;
     int cu = cu_fn(&fd, (unsigned long long)start, span, CU_DMA_BUF_FD, 0);
-    if (cu != 0) {
-      snprintf(why, len, "cuMemGetHandleForAddressRange failed (CUresult %d)", cu);
-      return NULL;
+    if (cu != 0) snprintf(why, len, "cuMemGetHandleForAddressRange failed (CUresult %d)", cu);
+    if (cu == 0) {
+      mr = v->reg_dmabuf_mr(p->pd, 0, span, (uint64_t)start, fd, ACCESS);
+      int err = errno;
+      close(fd);
+      if (mr == NULL) snprintf(why, len, "ibv_reg_dmabuf_mr failed: %s", strerror(err));
     }
-    mr = v->reg_dmabuf_mr(p->pd, 0, span, (uint64_t)start, fd, ACCESS);
-    int err = errno;
-    close(fd);
-    if (mr == NULL) snprintf(why, len, "ibv_reg_dmabuf_mr failed: %s", strerror(err));
-    return mr;
+    /* As NCCL: where the dma-buf path fails, nvidia-peermem may still work. */
+    if (mr != NULL || !p->gdr.peermem) return mr;
   }
   mr = v->reg_mr(p->pd, (void *)start, span, ACCESS);
   if (mr == NULL) snprintf(why, len, "ibv_reg_mr failed: %s", strerror(errno));
