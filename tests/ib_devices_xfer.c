@@ -1,10 +1,11 @@
 /* A real transfer over net/ib's table (weft_net_ib) between two
  * processes on this host's first IB port: the receiver listens and hands
- * its handle over a pipe, the sender connects; messages of sizes from 0
- * to 8 MiB over NCCL_IB_QPS_PER_CONNECTION=2, every byte checked, four
- * receives in flight, then a send larger than its receive, which
- * must fail on both sides (ncclInvalidUsage) instead of hanging. Every
- * wait is bounded. Run only where an RDMA device exists (test_ib_devices). */
+ * its handle over a pipe, the sender connects; messages of 0 bytes to 8
+ * MiB over 2 QPs (NCCL_IB_QPS_PER_CONNECTION=2, set by main), every byte
+ * checked, four receives in flight, then a send larger than its receive,
+ * which must fail on both sides (ncclInvalidUsage) instead of hanging.
+ * Every wait is bounded. Run only where an RDMA device exists
+ * (test_ib_devices). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +137,6 @@ static int sender(int rfd) {
 
 int ib_devices_transfer(void) {
   int fds[2];
-  setenv("NCCL_IB_QPS_PER_CONNECTION", "2", 1);
   if (pipe(fds) != 0) return FAIL("pipe");
   fflush(stdout);
   pid_t pid = fork();

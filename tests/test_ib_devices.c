@@ -35,6 +35,9 @@ int main(void) {
   unsetenv("NCCL_IB_HCA");
   unsetenv("NCCL_IB_DISABLE");
   unsetenv("NCCL_IB_GID_INDEX");
+  /* Before anything reads the parameters (once per process): the
+   * transfer splits messages over two QPs. */
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "2", 1);
   DIR *dir = opendir("/sys/class/infiniband");
   if (dir == NULL) {
     printf("SKIP ib_devices: no RDMA device on this host (/sys/class/infiniband is absent)\n");

@@ -35,6 +35,14 @@ static ncclResult_t post_fail(struct weft_ib_comm *c, const char *what, int err)
   return ncclSystemError;
 }
 
+/* RDMA moves registered memory only: a buffer without a handle would
+ * fail later as a protection error; say it now. */
+static ncclResult_t no_mhandle(struct weft_ib_comm *c, const char *call, size_t size) {
+  WARN("NET/IB: %s of %zu bytes with peer %s without a memory handle (reg_mr the buffer first)",
+       call, size, c->peer);
+  return ncclInvalidArgument;
+}
+
 /* Posts the pieces of the state machine's plan. */
 static int post_plan(struct weft_ib_comm *c, char *data, uint32_t lkey) {
   const struct weft_ib_send_plan *p = &c->s.plan;
@@ -66,6 +74,7 @@ ncclResult_t weft__ib_isend(void *send_comm, void *data, size_t size, int tag, v
   (void)tag;
   *request = NULL;
   WEFT_CHECK(comm_err(c));
+  if (size > 0 && mh == NULL) return no_mhandle(c, "isend", size);
   int idx;
   ncclResult_t res = weft_ib_send_post(&c->s, c->fifo, size, &idx);
   if (res == ncclInvalidUsage) {
@@ -93,6 +102,7 @@ ncclResult_t weft__ib_irecv(void *recv_comm, int n, void **data, size_t *sizes, 
   }
   WEFT_CHECK(comm_err(c));
   const struct weft_ib_mh *mh = mhandles[0];
+  if (sizes[0] > 0 && mh == NULL) return no_mhandle(c, "irecv", sizes[0]);
   int idx;
   WEFT_CHECK(weft_ib_recv_post(&c->r, (uint64_t)(uintptr_t)data[0], sizes[0],
                                mh != NULL ? mh->mr->rkey : 0, &idx));
