@@ -135,13 +135,16 @@ ncclResult_t weft__ib_dereg_mr(void *comm, void *mhandle) {
   struct weft_ib_comm *c = comm;
   struct weft_ib_mh *mh = mhandle;
   if (mh == NULL) return ncclSuccess;
-  struct weft_ib_port *p = mh->port;
+  /* The comm's port, not mh's: a handle already released must not be read. */
+  struct weft_ib_port *p = c->port;
   pthread_mutex_lock(&p->lock);
   int last = weft_ib_mr_cache_release(&p->cache, mh);
   pthread_mutex_unlock(&p->lock);
   if (last < 0) {
-    WARN("NET/IB: dereg_mr of a handle %s:%d never gave out (comm with %s)", p->d.name, p->d.port,
-         c != NULL ? c->peer : "?");
+    WARN(
+        "NET/IB: dereg_mr of a handle %s:%d does not hold (never given out, or released "
+        "already; comm with %s)",
+        p->d.name, p->d.port, c->peer);
     return ncclInvalidArgument;
   }
   if (last == 1) {

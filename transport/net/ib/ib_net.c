@@ -17,13 +17,18 @@ struct weft_ib_port weft__ib_ports[WEFT_IB_DEV_MAX];
 int weft__ib_nports;
 
 static pthread_once_t ib_once = PTHREAD_ONCE_INIT;
+static const char *ib_lib = WEFT_IB_VERBS_LIB;
+
+void weft__ib_set_lib(const char *path) {
+  ib_lib = path;
+}
 
 static void ib_init_once(void) {
   struct weft_ib_dev d[WEFT_IB_DEV_MAX];
   char why[512] = "";
-  int n = weft_ib_devices_find(NULL, d, WEFT_IB_DEV_MAX, why, sizeof(why));
+  int n = weft_ib_devices_find(ib_lib, d, WEFT_IB_DEV_MAX, why, sizeof(why));
   if (n == 0) return; /* logged by weft_ib_devices_find */
-  if (weft_ib_verbs_open(WEFT_IB_VERBS_LIB, &weft__ib_v, why, sizeof(why)) != 0) {
+  if (weft_ib_verbs_open(ib_lib, &weft__ib_v, why, sizeof(why)) != 0) {
     WARN("NET/IB: %s; no IB network", why);
     return;
   }
@@ -52,6 +57,7 @@ static ncclResult_t ib_devices(int *ndev) {
 }
 
 static ncclResult_t dev_check(int dev, const char *call) {
+  pthread_once(&ib_once, ib_init_once); /* a caller that skipped init */
   if (dev >= 0 && dev < weft__ib_nports) return ncclSuccess;
   WARN("NET/IB: %s on device %d; this host has %d IB port%s (net/ib devices 0..%d)", call, dev,
        weft__ib_nports, weft__ib_nports == 1 ? "" : "s", weft__ib_nports - 1);

@@ -49,6 +49,10 @@ extern struct weft_ib_verbs weft__ib_v;
 extern struct weft_ib_port weft__ib_ports[WEFT_IB_DEV_MAX];
 extern int weft__ib_nports;
 
+/* The verbs library init opens (default WEFT_IB_VERBS_LIB); for tests,
+ * called before the first use of the network. */
+void weft__ib_set_lib(const char *path);
+
 /* Opens port dev (context, PD, GDR probe) once; ncclSystemError with a
  * WARN naming it when it cannot. */
 ncclResult_t weft__ib_port_open(int dev, struct weft_ib_port **out);
