@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/debug.h"
 #include "transport/net/ib/ib_net.h"
+#include "transport/socket.h"
 
 static void (*inject)(int type, int port, int qpn);
 static void (*fail_next)(int status);
@@ -239,6 +240,39 @@ START_TEST(test_async_qp) {
 }
 END_TEST
 
+/* A stranger on the listener is dropped; the listener keeps serving. */
+START_TEST(test_stranger) {
+  struct {
+    uint64_t magic, nonce;
+    union weft_sockaddr addr;
+  } h;
+  char handle[WEFT_NET_HANDLE_BYTES];
+  void *lc = NULL, *sc = NULL, *rc = NULL;
+  ck_assert_int_eq(n->listen(0, handle, &lc), ncclSuccess);
+  memcpy(&h, handle, sizeof(h));
+  int fd = -1;
+  ck_assert_int_eq(weft_socket_connect(&h.addr, weft_time_ms() + 5000, &fd), ncclSuccess);
+  char junk[sizeof(struct weft_ib_wire)];
+  memset(junk, 0x5a, sizeof(junk));
+  ck_assert_int_eq(weft_socket_send_all(fd, junk, sizeof(junk), weft_time_ms() + 5000, "listener"),
+                   ncclSuccess);
+  int64_t end = weft_time_ms() + 5000;
+  while ((sc == NULL || rc == NULL) && weft_time_ms() < end) {
+    if (sc == NULL) ck_assert_int_eq(n->connect(0, handle, &sc), ncclSuccess);
+    if (rc == NULL) ck_assert_int_eq(n->accept(lc, &rc), ncclSuccess);
+  }
+  ck_assert_ptr_nonnull(sc);
+  ck_assert_ptr_nonnull(rc);
+  ck_assert_msg(strstr(weft_last_error(), "dropped a connection from") &&
+                    strstr(weft_last_error(), "not a weft IB client; still listening"),
+                "%s", weft_last_error());
+  weft_socket_close(&fd);
+  ck_assert_int_eq(n->close_send(sc), ncclSuccess);
+  ck_assert_int_eq(n->close_recv(rc), ncclSuccess);
+  ck_assert_int_eq(n->close_listen(lc), ncclSuccess);
+}
+END_TEST
+
 START_TEST(test_bad_calls) {
   struct pair p;
   pair_open(&p);
@@ -285,6 +319,7 @@ int main(void) {
   tcase_add_test(tc, test_error_completion);
   tcase_add_test(tc, test_async_port);
   tcase_add_test(tc, test_async_qp);
+  tcase_add_test(tc, test_stranger);
   tcase_add_test(tc, test_bad_calls);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

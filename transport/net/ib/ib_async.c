@@ -62,12 +62,15 @@ static void handle_event(struct weft_ib_port *p, const struct ibv_async_event *e
   pthread_mutex_lock(&p->lock);
   for (struct weft_ib_comm *c = p->comms; c != NULL; c = c->next) {
     if (!concerns(c, v.scope, e)) continue;
-    int expected = ncclSuccess;
     failed++;
+    /* This thread is the only writer of async_err. The WARN (and the last
+     * error it records) comes first, then the error is published: a test()
+     * that sees it sees the message too. */
+    if (atomic_load(&c->async_err) != ncclSuccess) continue;
     weft_ib_async_message(&v, p->d.name, p->d.port, c->peer, name, c->async_why,
                           sizeof(c->async_why));
-    if (atomic_compare_exchange_strong(&c->async_err, &expected, (int)v.res))
-      WARN("%s", c->async_why);
+    WARN("%s", c->async_why);
+    atomic_store(&c->async_err, (int)v.res);
   }
   pthread_mutex_unlock(&p->lock);
   if (failed == 0)
