@@ -24,6 +24,8 @@
 
 #define MAX_PENDING 64
 #define HELLO_TIMEOUT_MS 10000
+/* A connect not called again for this long was abandoned (an abort). */
+#define ABANDONED_MS 60000
 
 struct ib_handle {
   uint64_t magic, nonce;
@@ -56,6 +58,7 @@ struct connecting {
   int dev, connected;
   struct shake k;
   int64_t deadline_ms, retry_at;
+  int64_t touched_ms; /* the last connect call for it */
   int backoff_ms;
 };
 
@@ -208,6 +211,20 @@ static void connecting_free(struct connecting *k) {
   free(k);
 }
 
+/* Frees the entries nobody has called connect for in a while: their
+ * caller gave up and will not come back for them (their QPs with them). */
+static void connecting_sweep(int64_t now) {
+  for (struct connecting **pp = &connecting_list; *pp != NULL;) {
+    struct connecting *k = *pp;
+    if (now - k->touched_ms > ABANDONED_MS) {
+      *pp = k->next;
+      connecting_free(k);
+    } else {
+      pp = &k->next;
+    }
+  }
+}
+
 static ncclResult_t connecting_get(int dev, const struct ib_handle *h, struct connecting **out) {
   for (struct connecting *k = connecting_list; k != NULL; k = k->next)
     if (memcmp(&k->h, h, sizeof(*h)) == 0 && k->dev == dev) return *out = k, ncclSuccess;
@@ -299,7 +316,9 @@ ncclResult_t weft__ib_connect(int dev, const void *handle, void **send_comm) {
   }
   pthread_mutex_lock(&connecting_lock);
   struct connecting *k = NULL;
+  connecting_sweep(weft_time_ms());
   ncclResult_t res = connecting_get(dev, &h, &k);
+  if (k != NULL) k->touched_ms = weft_time_ms();
   const char *why = NULL;
   int r = res == ncclSuccess ? connect_step(k, &why) : -1;
   if (k != NULL && r != 0) connecting_unlink(k);
