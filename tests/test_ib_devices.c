@@ -1,15 +1,19 @@
 /* net/ib on this host's RDMA devices: every device under
  * /sys/class/infiniband with an active port is listed by
- * weft_ib_devices_find, with a speed, an MTU and a GID index. Where the
- * host has no RDMA device (or weft was built without rdma-core's header)
- * this exits 77, a skip, naming what is missing: it never passes without
- * having looked at a device. */
+ * weft_ib_devices_find, with a speed, an MTU and a GID index; then two
+ * processes move messages over the weft_net_ib table on the first port
+ * (ib_devices_xfer.c). Where the host has no RDMA device (or weft was
+ * built without rdma-core's header) this exits 77, a skip, naming what is
+ * missing: it never passes without having looked at a device. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "transport/net/ib/ib.h"
+
+/* ib_devices_xfer.c: 0 when the transfer checked out. */
+int ib_devices_transfer(void);
 
 #if WEFT_HAVE_IB_NET
 
@@ -31,6 +35,9 @@ int main(void) {
   unsetenv("NCCL_IB_HCA");
   unsetenv("NCCL_IB_DISABLE");
   unsetenv("NCCL_IB_GID_INDEX");
+  /* Before anything reads the parameters (once per process): the
+   * transfer splits messages over two QPs. */
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "2", 1);
   DIR *dir = opendir("/sys/class/infiniband");
   if (dir == NULL) {
     printf("SKIP ib_devices: no RDMA device on this host (/sys/class/infiniband is absent)\n");
@@ -71,7 +78,11 @@ int main(void) {
       failed = 1;
     }
   }
-  return failed;
+  if (n == 0) {
+    printf("SKIP ib_devices: no port net/ib may use (%s): no transfer to run\n", why);
+    return failed ? 1 : 77;
+  }
+  return failed || ib_devices_transfer() != 0;
 }
 
 #else

@@ -45,6 +45,7 @@ enum weft_param {
   WEFT_PARAM_IB_SL,
   WEFT_PARAM_IB_TC,
   WEFT_PARAM_IB_QPS_PER_CONNECTION,
+  WEFT_PARAM_NET_GDR_READ,
   /* Strings, names and lists */
   WEFT_PARAM_COMM_ID,
   WEFT_PARAM_COMM_SECRET,

@@ -107,6 +107,11 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
     [WEFT_PARAM_IB_QPS_PER_CONNECTION] =
         INT_ROW("NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128, "1",
                 "queue pairs per net/ib connection; messages are split across them"),
+    [WEFT_PARAM_NET_GDR_READ] =
+        BOOL_ROW("NCCL_NET_GDR_READ", 1,
+                 "net/ib: 1 lets sends read device memory directly (GPUDirect RDMA); 0 refuses "
+                 "to register device memory for sending (reg_mr says it needs a host bounce "
+                 "buffer). NCCL's default depends on the platform (NVLink); weft's is 1"),
     [WEFT_PARAM_COMM_ID] =
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "

@@ -1,7 +1,7 @@
 /* Which network this process uses, chosen and initialised once on first
  * use: NCCL_NET by name among the loaded external plugin (plugin/) and
- * the built-in Socket network; without it a loaded plugin wins, as in
- * NCCL. */
+ * the built-in IB and Socket networks; without it a loaded plugin wins,
+ * then IB where it has a port, then sockets, as in NCCL. */
 #include <pthread.h>
 #include <stdio.h>
 #include <strings.h>
@@ -19,16 +19,36 @@ static const struct weft_net_ops *net_chosen;
  * WARN went to the thread that tried first). */
 static char net_why[512];
 
-/* The network NCCL_NET names, or NULL with the WARN said. */
+/* Whether net/ib has a port (it is initialised for that: NCCL's order). */
+static int ib_usable(void) {
+  int n = 0;
+  return weft_net_ib.init() == ncclSuccess && weft_net_ib.devices(&n) == ncclSuccess && n > 0;
+}
+
+/* The network NCCL_NET names, or NULL with the WARN said. Unset: a loaded
+ * plugin, else IB when it has a port, else sockets (NCCL_IB_DISABLE=1
+ * leaves IB without ports). */
 static const struct weft_net_ops *net_pick(const struct weft_net_ops *plugin) {
   const char *want = weft_param_str(WEFT_PARAM_NET);
-  if (want == NULL) return plugin != NULL ? plugin : &weft_net_socket;
+  if (want == NULL) return plugin != NULL ? plugin : ib_usable() ? &weft_net_ib : &weft_net_socket;
   if (plugin != NULL && strcasecmp(want, plugin->name) == 0) return plugin;
   if (strcasecmp(want, weft_net_socket.name) == 0) return &weft_net_socket;
+  if (strcasecmp(want, weft_net_ib.name) == 0) {
+    if (ib_usable()) return &weft_net_ib;
+    snprintf(net_why, sizeof(net_why),
+             "NCCL_NET=%s, but the IB network has no usable port (NCCL_DEBUG=INFO "
+             "NCCL_DEBUG_SUBSYS=NET says why: no libibverbs, no device, NCCL_IB_DISABLE, "
+             "NCCL_IB_HCA)",
+             want);
+    WARN("net: %s", net_why);
+    net_init_result = ncclSystemError;
+    return NULL;
+  }
   snprintf(net_why, sizeof(net_why),
-           "NCCL_NET=%s matches no network (networks here: %s%s%s; NCCL_NET_PLUGIN loads a "
+           "NCCL_NET=%s matches no network (networks here: %s, %s%s%s; NCCL_NET_PLUGIN loads a "
            "plugin)",
-           want, weft_net_socket.name, plugin ? ", " : "", plugin ? plugin->name : "");
+           want, weft_net_ib.name, weft_net_socket.name, plugin ? ", " : "",
+           plugin ? plugin->name : "");
   WARN("net: %s", net_why);
   net_init_result = ncclInvalidArgument;
   return NULL;
@@ -39,7 +59,7 @@ static void net_init(void) {
   weft_net_plugin_load(&plugin);
   const struct weft_net_ops *net = net_pick(plugin);
   if (net == NULL) return;
-  /* A plugin was initialised by its loader; the socket network starts here. */
+  /* A plugin was initialised by its loader, IB by net_pick; sockets start here. */
   if (net == &weft_net_socket) net_init_result = weft_net_socket.init();
   if (net_init_result != ncclSuccess) {
     snprintf(net_why, sizeof(net_why), "the %s network could not start (error %d)", net->name,

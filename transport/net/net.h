@@ -85,14 +85,24 @@ struct weft_net_ops {
   ncclResult_t (*close_listen)(void *listen_comm);
 };
 
-/* The built-in networks. */
+/* The built-in networks. weft_net_ib (transport/net/ib/, RDMA over
+ * libibverbs) has 0 devices where the host has no usable IB/RoCE port or
+ * weft was built without rdma-core's header. */
 extern const struct weft_net_ops weft_net_socket;
+extern const struct weft_net_ops weft_net_ib;
+
+/* Whether net/ib would refuse to register memory of type (WEFT_NET_PTR_*)
+ * on comm (a send or recv comm of weft_net_ib): device memory it cannot
+ * reach (no dma-buf, no nvidia-peermem; or NCCL_NET_GDR_READ=0 on a send
+ * comm). Then why_out says why, and the caller stages the buffer through
+ * host memory. */
+int weft_net_ib_mr_bounce(void *comm, int type, char *why_out, size_t why_len);
 
 /* The network this process uses, initialised on first use: NCCL_NET picks
- * by name (any case) between Socket and the external plugin
+ * by name (any case) among IB, Socket and the external plugin
  * NCCL_NET_PLUGIN loaded (plugin/plugin.h); without NCCL_NET a loaded
- * plugin wins. ncclSystemError with a WARN when it cannot start,
- * ncclInvalidArgument when NCCL_NET names no network. */
+ * plugin wins, then IB when it has a port, then Socket. ncclSystemError with a WARN when it cannot
+ * start, ncclInvalidArgument when NCCL_NET names no network. */
 ncclResult_t weft_net_get(const struct weft_net_ops **out);
 
 #endif

@@ -12,6 +12,19 @@
 #include "transport/net/ib/ib.h"
 #include "transport/net/ib/ib_verbs.h"
 
+/* Where sysfs has no GID table for the port (a container without
+ * /sys/class/infiniband, a software device), an InfiniBand port's GID 0
+ * from ibv_query_gid: RoCE needs sysfs's per-entry types, so it gets none. */
+static int gid_from_verbs(const struct weft_ib_verbs *v, struct ibv_context *ctx, int p,
+                          enum weft_ib_link link, struct weft_ib_gid *out) {
+  union ibv_gid g;
+  if (link != WEFT_IB_LINK_IB || v->query_gid(ctx, (uint8_t)p, 0, &g) != 0) return 0;
+  out[0].index = 0;
+  out[0].type = WEFT_IB_GID_IB;
+  memcpy(out[0].raw, g.raw, sizeof(out[0].raw));
+  return 1;
+}
+
 /* Fills d from port p of an open device; 0 when the port is usable. */
 static int port_fill(const struct weft_ib_verbs *v, struct ibv_context *ctx, const char *name,
                      int p, struct weft_ib_dev *d) {
@@ -31,7 +44,7 @@ static int port_fill(const struct weft_ib_verbs *v, struct ibv_context *ctx, con
   d->speed = weft_ib_port_speed(pa.active_speed, pa.active_width);
   d->mtu = (int)pa.active_mtu;
   int n = weft_ib_gid_read_sysfs("/sys", name, p, d->link, gids, 256);
-  if (n < 0) n = 0;
+  if (n < 0) n = gid_from_verbs(v, ctx, p, d->link, gids);
   int gid_param = (int)weft_param_int(WEFT_PARAM_IB_GID_INDEX);
   if (weft_ib_gid_choose(d->link, gids, n, gid_param, &d->gid_index, why, sizeof(why)) != 0) {
     WARN("NET/IB: %s port %d: %s; port skipped", name, p, why);

@@ -22,7 +22,7 @@ static const struct {
     SYM(dereg_mr, 1),        SYM(create_cq, 1),        SYM(destroy_cq, 1),
     SYM(create_qp, 1),       SYM(modify_qp, 1),        SYM(destroy_qp, 1),
     SYM(get_async_event, 1), SYM(ack_async_event, 1),  SYM(event_type_str, 1),
-    SYM(reg_dmabuf_mr, 0),   SYM(reg_mr_iova2, 0),
+    SYM(reg_dmabuf_mr, 0),   SYM(reg_mr_iova2, 0),     SYM(wc_status_str, 0),
 };
 
 int weft_ib_verbs_open(const char *path, struct weft_ib_verbs *v, char *why_out, size_t why_len) {

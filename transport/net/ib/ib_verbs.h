@@ -44,6 +44,8 @@ struct weft_ib_verbs {
                                   int fd, int access);
   struct ibv_mr *(*reg_mr_iova2)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
                                  unsigned int access);
+  /* Optional: a completion status's text, for messages. */
+  const char *(*wc_status_str)(enum ibv_wc_status status);
 };
 
 /* Opens path (WEFT_IB_VERBS_LIB, or a test's) and fills v. 0 when every
