@@ -84,6 +84,7 @@ struct tn_comm {
   atomic_int err, stop;
   struct tn_req reqs[TN_NREQ];
   int head, count;
+  int ctrl_left; /* requests whose control part is not done */
   struct tn_sock socks[TN_MAX_SOCKS];
   unsigned long long bytes, messages;
 };

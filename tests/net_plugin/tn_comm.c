@@ -104,6 +104,7 @@ static ncclResult_t tn_ctrl_progress(struct tn_comm *c) {
     }
     if (rc == 0) return ncclSuccess;
     r->ctrl_done = 1;
+    c->ctrl_left--;
   }
   return ncclSuccess;
 }
@@ -122,6 +123,7 @@ ncclResult_t tn_post(struct tn_comm *c, void *data, size_t size, void **request)
   r->header_done = r->inline_done = 0;
   atomic_store_explicit(&r->pending, 0, memory_order_relaxed);
   c->count++;
+  c->ctrl_left++;
   /* A sender's chunks start moving at once, before its size is sent: the
    * data sockets are streams of their own. */
   if (c->is_send && !tn_inline(c, size)) tn_chunks_post(c, r);
@@ -133,7 +135,11 @@ ncclResult_t tn_test(void *request, int *done, int *sizes) {
   struct tn_req *r = request;
   struct tn_comm *c = r->comm;
   *done = 0;
-  if (!r->ctrl_done) {
+  /* Whichever request is tested, the control stream moves: a receiver
+   * that waits on one message's chunks reads the next one's size and
+   * hands its chunks out meanwhile, so the helper threads never wait for
+   * the caller between messages. */
+  if (c->ctrl_left > 0) {
     ncclResult_t res = tn_ctrl_progress(c);
     if (res != ncclSuccess) return res;
   }
