@@ -53,9 +53,10 @@ struct tn_req {
   struct tn_comm *comm;
   int used, complete;
   char *data;
-  size_t size;     /* posted (recv: capacity) */
-  uint64_t header; /* the message's size on the wire */
-  size_t header_done, inline_done;
+  size_t size;        /* posted (recv: capacity) */
+  uint64_t header;    /* the message's size on the wire */
+  size_t header_done; /* send: the size and the inline bytes */
+  size_t inline_done;
   int ctrl_done;      /* size (and inline bytes) moved on the control socket */
   atomic_int pending; /* chunks the helper threads still move */
 };
@@ -84,7 +85,9 @@ struct tn_comm {
   atomic_int err, stop;
   struct tn_req reqs[TN_NREQ];
   int head, count;
-  int ctrl_left; /* requests whose control part is not done */
+  int ctrl_left;   /* requests whose control part is not done */
+  char rbuf[4096]; /* recv: control bytes read ahead, [roff, rlen) */
+  size_t roff, rlen;
   struct tn_sock socks[TN_MAX_SOCKS];
   unsigned long long bytes, messages;
 };

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "tests/net_plugin/tn.h"
@@ -56,20 +57,53 @@ static int tn_inline(const struct tn_comm *c, uint64_t size) {
   return c->nsocks == 0 || size <= TN_INLINE_MAX;
 }
 
-/* Moves bytes [*done, want) of buf on the control socket; 1 when all
- * moved, 0 when it would block, -1 on an error or a closed peer. */
-static int tn_ctrl_move(struct tn_comm *c, char *buf, size_t want, size_t *done) {
+/* What a control-socket call returned: 1 moved (the caller goes on), 0
+ * when it would block, -1 on an error or a closed peer, 2 on EINTR. */
+static int tn_ctrl_rc(ssize_t n) {
+  if (n > 0) return 1;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+  if (n < 0 && errno == EINTR) return 2;
+  return -1;
+}
+
+/* A send's control part, its size and its inline bytes, in one sendmsg
+ * (header_done counts both): 1 when all went, else tn_ctrl_rc's. */
+static int tn_ctrl_send(struct tn_comm *c, struct tn_req *r) {
+  const size_t hdr = sizeof(r->header), body = tn_inline(c, r->header) ? (size_t)r->header : 0;
+  while (r->header_done < hdr + body) {
+    struct iovec iov[2];
+    size_t off = r->header_done, n = 0;
+    if (off < hdr) iov[n++] = (struct iovec){(char *)&r->header + off, hdr - off}, off = hdr;
+    if (body > 0) iov[n++] = (struct iovec){r->data + (off - hdr), body - (off - hdr)};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = n};
+    ssize_t k = sendmsg(c->ctrl_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int rc = tn_ctrl_rc(k);
+    if (rc == 1) r->header_done += (size_t)k;
+    if (rc == 0 || rc < 0) return rc;
+  }
+  return 1;
+}
+
+/* Receives bytes [*done, want) of dst from the control socket: what the
+ * read-ahead buffer holds first, then straight into dst when at least a
+ * buffer's worth is still wanted, else through the buffer (one recv then
+ * brings several sizes and small messages). */
+static int tn_ctrl_read(struct tn_comm *c, char *dst, size_t want, size_t *done) {
   while (*done < want) {
-    ssize_t n = c->is_send
-                    ? send(c->ctrl_fd, buf + *done, want - *done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                    : recv(c->ctrl_fd, buf + *done, want - *done, MSG_DONTWAIT);
-    if (n > 0) {
-      *done += (size_t)n;
+    if (c->roff < c->rlen) {
+      size_t n = c->rlen - c->roff < want - *done ? c->rlen - c->roff : want - *done;
+      memcpy(dst + *done, c->rbuf + c->roff, n);
+      c->roff += n;
+      *done += n;
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n < 0 && errno == EINTR) continue;
-    return -1;
+    int direct = want - *done >= sizeof(c->rbuf);
+    ssize_t k = recv(c->ctrl_fd, direct ? dst + *done : c->rbuf,
+                     direct ? want - *done : sizeof(c->rbuf), MSG_DONTWAIT);
+    int rc = tn_ctrl_rc(k);
+    if (rc == 1 && direct) *done += (size_t)k;
+    if (rc == 1 && !direct) c->roff = 0, c->rlen = (size_t)k;
+    if (rc == 0 || rc < 0) return rc;
   }
   return 1;
 }
@@ -78,15 +112,16 @@ static int tn_ctrl_move(struct tn_comm *c, char *buf, size_t want, size_t *done)
  * when inline. A receiver that learns the size of a larger message hands
  * out its chunks (once: the request's control part is then done). */
 static int tn_ctrl_req(struct tn_comm *c, struct tn_req *r) {
-  int rc = tn_ctrl_move(c, (char *)&r->header, sizeof(r->header), &r->header_done);
+  if (c->is_send) return tn_ctrl_send(c, r);
+  int rc = tn_ctrl_read(c, (char *)&r->header, sizeof(r->header), &r->header_done);
   if (rc != 1) return rc;
-  if (!c->is_send && r->header > r->size) {
+  if (r->header > r->size) {
     TN_WARN("TestNet v%d: a %llu-byte message for a %zu-byte receive", TESTNET_VERSION,
             (unsigned long long)r->header, r->size);
     return -1;
   }
-  if (tn_inline(c, r->header)) return tn_ctrl_move(c, r->data, (size_t)r->header, &r->inline_done);
-  if (!c->is_send) tn_chunks_post(c, r);
+  if (tn_inline(c, r->header)) return tn_ctrl_read(c, r->data, (size_t)r->header, &r->inline_done);
+  tn_chunks_post(c, r);
   return 1;
 }
 
