@@ -51,7 +51,7 @@ struct tn_hello {
 struct tn_comm;
 struct tn_req {
   struct tn_comm *comm;
-  int used, complete;
+  int used;
   char *data;
   size_t size;        /* posted (recv: capacity) */
   uint64_t header;    /* the message's size on the wire */

@@ -118,6 +118,7 @@ static int tn_ctrl_req(struct tn_comm *c, struct tn_req *r) {
   if (r->header > r->size) {
     TN_WARN("TestNet v%d: a %llu-byte message for a %zu-byte receive", TESTNET_VERSION,
             (unsigned long long)r->header, r->size);
+    atomic_store(&c->err, ncclRemoteError); /* said; the caller adds nothing */
     return -1;
   }
   if (tn_inline(c, r->header)) return tn_ctrl_read(c, r->data, (size_t)r->header, &r->inline_done);
@@ -134,7 +135,9 @@ static ncclResult_t tn_ctrl_progress(struct tn_comm *c) {
     int rc = tn_ctrl_req(c, r);
     if (rc < 0) {
       int expected = ncclSuccess;
-      atomic_compare_exchange_strong(&c->err, &expected, ncclRemoteError);
+      if (atomic_compare_exchange_strong(&c->err, &expected, ncclRemoteError))
+        TN_WARN("TestNet v%d: the control socket of a %s comm failed or was closed by the peer",
+                TESTNET_VERSION, c->is_send ? "send" : "recv");
       return ncclRemoteError;
     }
     if (rc == 0) return ncclSuccess;
@@ -151,7 +154,7 @@ ncclResult_t tn_post(struct tn_comm *c, void *data, size_t size, void **request)
   if (c->count == TN_NREQ || r->used) return tn_ctrl_progress(c);
   r->comm = c;
   r->used = 1;
-  r->complete = r->ctrl_done = 0;
+  r->ctrl_done = 0;
   r->data = data;
   r->size = size;
   r->header = c->is_send ? size : 0;
