@@ -107,6 +107,257 @@ static void exchange(const struct weft_net_ops *net) {
   free(dst);
 }
 
+/* A connected comm pair of net in this process. */
+static void pair_open(const struct weft_net_ops *net, void **lc, void **sc, void **rc) {
+  char handle[WEFT_NET_HANDLE_BYTES] = {0};
+  *lc = *sc = *rc = NULL;
+  ck_assert_int_eq(net->listen(0, handle, lc), ncclSuccess);
+  for (int i = 0; i < 100000 && (*sc == NULL || *rc == NULL); i++) {
+    if (*sc == NULL) ck_assert_int_eq(net->connect(0, handle, sc), ncclSuccess);
+    if (*rc == NULL) ck_assert_int_eq(net->accept(*lc, rc), ncclSuccess);
+  }
+  ck_assert_msg(*sc != NULL && *rc != NULL, "connect/accept never finished");
+}
+
+/* Messages of every kind TestNet has: empty, inline on the control
+ * socket, just past it (cut in two), and larger than every socket's
+ * chunk, with odd sizes so chunks end mid-word. */
+static const size_t many_sizes[] = {
+    0, 1, 1000, 64 * 1024, 64 * 1024 + 1, 300000, (1 << 20) + 13, (4 << 20) + 1};
+#define MANY_MSGS (sizeof(many_sizes) / sizeof(many_sizes[0]))
+#define MANY_COMMS 3
+
+struct many_comm {
+  void *lc, *sc, *rc, *smh, *rmh;
+  char *src, *dst;
+  size_t off[MANY_MSGS];
+  void *sreq[MANY_MSGS], *rreq[MANY_MSGS];
+  int sdone[MANY_MSGS], rdone[MANY_MSGS];
+  size_t got[MANY_MSGS];
+};
+
+/* Posts every message of every comm (each receive 100 bytes larger than
+ * its message), all outstanding at once. */
+static void many_post(const struct weft_net_ops *net, struct many_comm *m, int k, size_t total) {
+  pair_open(net, &m->lc, &m->sc, &m->rc);
+  m->src = malloc(total);
+  m->dst = malloc(total);
+  ck_assert(m->src != NULL && m->dst != NULL);
+  for (size_t i = 0; i < total; i++) m->src[i] = (char)(i * 13 + (size_t)k * 101 + i / 4093);
+  memset(m->dst, 0x5a, total);
+  ck_assert_int_eq(net->reg_mr(m->sc, m->src, total, WEFT_NET_PTR_HOST, &m->smh), ncclSuccess);
+  ck_assert_int_eq(net->reg_mr(m->rc, m->dst, total, WEFT_NET_PTR_HOST, &m->rmh), ncclSuccess);
+  for (size_t j = 0, off = 0; j < MANY_MSGS; off += many_sizes[j++] + 100) {
+    m->off[j] = off;
+    void *data = m->dst + off;
+    size_t cap = many_sizes[j] + 100;
+    int tag = 0;
+    for (int t = 0; t < 1000 && m->rreq[j] == NULL; t++)
+      ck_assert_int_eq(net->irecv(m->rc, 1, &data, &cap, &tag, &m->rmh, &m->rreq[j]), ncclSuccess);
+    for (int t = 0; t < 1000 && m->sreq[j] == NULL; t++)
+      ck_assert_int_eq(net->isend(m->sc, m->src + off, many_sizes[j], 0, m->smh, &m->sreq[j]),
+                       ncclSuccess);
+    ck_assert_msg(m->sreq[j] != NULL && m->rreq[j] != NULL, "message %zu was never posted", j);
+  }
+}
+
+/* Many requests outstanding on several comms at once, tested newest
+ * first, comm after comm: each completes whatever order it is asked in,
+ * with its size, its bytes and nothing past them. */
+static void exchange_many(const struct weft_net_ops *net) {
+  static struct many_comm m[MANY_COMMS];
+  memset(m, 0, sizeof(m));
+  size_t total = 0;
+  for (size_t j = 0; j < MANY_MSGS; j++) total += many_sizes[j] + 100;
+  for (int k = 0; k < MANY_COMMS; k++) many_post(net, &m[k], k, total);
+  int left = 2 * MANY_COMMS * (int)MANY_MSGS;
+  for (long i = 0; i < 10000000 && left > 0; i++)
+    for (int k = MANY_COMMS - 1; k >= 0; k--)
+      for (int j = (int)MANY_MSGS - 1; j >= 0; j--) {
+        if (!m[k].sdone[j]) {
+          ck_assert_int_eq(net->test(m[k].sreq[j], &m[k].sdone[j], NULL), ncclSuccess);
+          left -= m[k].sdone[j];
+        }
+        if (!m[k].rdone[j]) {
+          ck_assert_int_eq(net->test(m[k].rreq[j], &m[k].rdone[j], &m[k].got[j]), ncclSuccess);
+          left -= m[k].rdone[j];
+        }
+      }
+  ck_assert_msg(left == 0, "%d requests never completed", left);
+  for (int k = 0; k < MANY_COMMS; k++) {
+    for (size_t j = 0; j < MANY_MSGS; j++) {
+      size_t off = m[k].off[j];
+      ck_assert_uint_eq(m[k].got[j], many_sizes[j]);
+      ck_assert_msg(memcmp(m[k].src + off, m[k].dst + off, many_sizes[j]) == 0,
+                    "comm %d: message %zu (%zu bytes) differs", k, j, many_sizes[j]);
+      ck_assert_msg((unsigned char)m[k].dst[off + many_sizes[j]] == 0x5a,
+                    "comm %d: bytes past message %zu were written", k, j);
+    }
+    ck_assert_int_eq(net->dereg_mr(m[k].sc, m[k].smh), ncclSuccess);
+    ck_assert_int_eq(net->dereg_mr(m[k].rc, m[k].rmh), ncclSuccess);
+    ck_assert_int_eq(net->close_send(m[k].sc), ncclSuccess);
+    ck_assert_int_eq(net->close_recv(m[k].rc), ncclSuccess);
+    ck_assert_int_eq(net->close_listen(m[k].lc), ncclSuccess);
+    free(m[k].src);
+    free(m[k].dst);
+  }
+}
+
+/* TestNet's helper threads (tn.h), each version, with 3 data sockets and
+ * with none: every message kind, all outstanding on three comms, tested
+ * in reverse order; the send comms' logs show how many data sockets
+ * carried what (with 3, each of them carried bytes). */
+START_TEST(test_many_outstanding) {
+  int version = 8 + _i / 2, nsocks = _i % 2 ? 0 : 3;
+  char file[64], value[8];
+  snprintf(file, sizeof(file), "libnccl-net-testnet-v%d.so", version);
+  snprintf(value, sizeof(value), "%d", nsocks);
+  set_plugin(file);
+  setenv("TESTNET_NSOCKS", value, 1);
+  log_to_file();
+  const struct weft_net_ops *net = NULL;
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  ck_assert_str_eq(net->name, "TestNet");
+  exchange_many(net);
+  char *logs = log_take();
+  size_t total = 0;
+  for (size_t j = 0; j < MANY_MSGS; j++) total += many_sizes[j];
+  char want[160];
+  snprintf(want, sizeof(want),
+           "TestNet v%d: send comm closed after %zu bytes in %zu messages (data sockets: %d, ",
+           version, total, MANY_MSGS, nsocks);
+  int closed = 0;
+  for (const char *at = strstr(logs, want); at != NULL; at = strstr(at + 1, want)) {
+    closed++;
+    unsigned long long b[3] = {0, 0, 0};
+    const char *each = strstr(at, "bytes on each: ");
+    LOGS_ASSERT(logs, each != NULL, "no per-socket bytes");
+    if (nsocks == 0) continue;
+    LOGS_ASSERT(logs, sscanf(each, "bytes on each: %llu, %llu, %llu", &b[0], &b[1], &b[2]) == 3,
+                "not 3 sockets' bytes");
+    LOGS_ASSERT(logs, b[0] > 0 && b[1] > 0 && b[2] > 0, "a data socket carried nothing");
+  }
+  LOGS_ASSERT(logs, closed == MANY_COMMS, "%d send comms logged '%s', expected %d", closed, want,
+              MANY_COMMS);
+}
+END_TEST
+
+/* One large message (8 MiB and 3 bytes) over 4 data sockets arrives
+ * intact, each socket carrying a quarter (the chunks' sizes add up). */
+START_TEST(test_split_across_sockets) {
+  set_plugin("libnccl-net-testnet-v11.so");
+  setenv("TESTNET_NSOCKS", "4", 1);
+  log_to_file();
+  const struct weft_net_ops *net = NULL;
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  void *lc, *sc, *rc, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
+  pair_open(net, &lc, &sc, &rc);
+  const size_t size = (8u << 20) + 3;
+  char *src = malloc(size), *dst = malloc(size);
+  ck_assert(src != NULL && dst != NULL);
+  for (size_t i = 0; i < size; i++) src[i] = (char)(i ^ (i >> 11) ^ (i >> 19));
+  memset(dst, 0, size);
+  ck_assert_int_eq(net->reg_mr(sc, src, size, WEFT_NET_PTR_HOST, &smh), ncclSuccess);
+  ck_assert_int_eq(net->reg_mr(rc, dst, size, WEFT_NET_PTR_HOST, &rmh), ncclSuccess);
+  void *data = dst;
+  size_t cap = size, got = 0;
+  int tag = 0, sdone = 0, rdone = 0;
+  ck_assert_int_eq(net->isend(sc, src, size, 0, smh, &sreq), ncclSuccess);
+  ck_assert_int_eq(net->irecv(rc, 1, &data, &cap, &tag, &rmh, &rreq), ncclSuccess);
+  ck_assert(sreq != NULL && rreq != NULL);
+  for (long i = 0; i < 100000000 && !(sdone && rdone); i++) {
+    if (!sdone) ck_assert_int_eq(net->test(sreq, &sdone, NULL), ncclSuccess);
+    if (!rdone) ck_assert_int_eq(net->test(rreq, &rdone, &got), ncclSuccess);
+  }
+  ck_assert_msg(sdone && rdone, "the message never arrived");
+  ck_assert_uint_eq(got, size);
+  ck_assert_msg(memcmp(src, dst, size) == 0, "the message differs");
+  ck_assert_int_eq(net->dereg_mr(sc, smh), ncclSuccess);
+  ck_assert_int_eq(net->dereg_mr(rc, rmh), ncclSuccess);
+  ck_assert_int_eq(net->close_send(sc), ncclSuccess);
+  ck_assert_int_eq(net->close_recv(rc), ncclSuccess);
+  ck_assert_int_eq(net->close_listen(lc), ncclSuccess);
+  free(src);
+  free(dst);
+  char *logs = log_take();
+  const char *each = strstr(logs, "(data sockets: 4, bytes on each: ");
+  LOGS_ASSERT(logs, each != NULL, "no line of a send comm with 4 data sockets");
+  unsigned long long b[4];
+  LOGS_ASSERT(logs,
+              sscanf(each, "(data sockets: 4, bytes on each: %llu, %llu, %llu, %llu)", &b[0], &b[1],
+                     &b[2], &b[3]) == 4,
+              "not 4 sockets' bytes");
+  const unsigned long long quarter = (size + 3) / 4;
+  LOGS_ASSERT(logs, b[0] == quarter && b[1] == quarter && b[2] == quarter,
+              "the chunks are not quarters of %zu bytes", size);
+  LOGS_ASSERT(logs, b[0] + b[1] + b[2] + b[3] == size, "the chunks do not add up to %zu", size);
+}
+END_TEST
+
+/* A message larger than the receive posted for it (inline, and cut into
+ * chunks) fails the receive with a WARN giving both sizes, and the comm
+ * stays failed; nothing is written past the receive. */
+START_TEST(test_oversize) {
+  set_plugin("libnccl-net-testnet-v9.so");
+  log_to_file();
+  const struct weft_net_ops *net = NULL;
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  void *lc, *sc, *rc, *smh = NULL, *rmh = NULL, *sreq = NULL, *rreq = NULL;
+  pair_open(net, &lc, &sc, &rc);
+  const size_t size = _i ? 1 << 20 : 1000, cap = size / 2;
+  char *src = calloc(1, size), *dst = malloc(size);
+  ck_assert(src != NULL && dst != NULL);
+  memset(dst, 0x5a, size);
+  ck_assert_int_eq(net->reg_mr(sc, src, size, WEFT_NET_PTR_HOST, &smh), ncclSuccess);
+  ck_assert_int_eq(net->reg_mr(rc, dst, size, WEFT_NET_PTR_HOST, &rmh), ncclSuccess);
+  void *data = dst;
+  size_t posted = cap;
+  int tag = 0, rdone = 0;
+  ck_assert_int_eq(net->isend(sc, src, size, 0, smh, &sreq), ncclSuccess);
+  ck_assert(sreq != NULL);
+  /* The size may already be there when irecv moves the control stream:
+   * then irecv fails, else a later test does. */
+  ncclResult_t res = net->irecv(rc, 1, &data, &posted, &tag, &rmh, &rreq);
+  if (res == ncclSuccess) ck_assert(rreq != NULL);
+  for (long i = 0; i < 10000000 && res == ncclSuccess && !rdone; i++)
+    res = net->test(rreq, &rdone, NULL);
+  ck_assert_msg(res != ncclSuccess && !rdone, "a %zu-byte message into %zu bytes: got %d", size,
+                cap, (int)res);
+  ck_assert_int_ne(net->irecv(rc, 1, &data, &posted, &tag, &rmh, &rreq), ncclSuccess);
+  for (size_t i = cap; i < size; i++)
+    ck_assert_msg((unsigned char)dst[i] == 0x5a, "byte %zu past the receive was written", i);
+  (void)net->dereg_mr(sc, smh);
+  (void)net->dereg_mr(rc, rmh);
+  (void)net->close_send(sc);
+  (void)net->close_recv(rc);
+  (void)net->close_listen(lc);
+  free(src);
+  free(dst);
+  char *logs = log_take();
+  char want[96];
+  snprintf(want, sizeof(want), "a %zu-byte message for a %zu-byte receive", size, cap);
+  LOGS_ASSERT(logs, strstr(logs, want) != NULL, "no WARN saying '%s'", want);
+}
+END_TEST
+
+/* A TESTNET_NSOCKS out of range fails init, with a WARN saying what is
+ * allowed: the plugin is refused. */
+START_TEST(test_bad_nsocks) {
+  set_plugin("libnccl-net-testnet-v10.so");
+  setenv("TESTNET_NSOCKS", _i ? "x" : "9", 1);
+  log_to_file();
+  const struct weft_net_ops *net = NULL;
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  ck_assert_ptr_eq(net, &weft_net_socket);
+  char *logs = log_take();
+  char want[96];
+  snprintf(want, sizeof(want), "TESTNET_NSOCKS=%s: expected 0..8 data sockets per comm",
+           _i ? "x" : "9");
+  LOGS_ASSERT(logs, strstr(logs, want) != NULL, "no WARN saying '%s'", want);
+  LOGS_ASSERT(logs, strstr(logs, "its init failed") != NULL, "the plugin was not refused");
+}
+END_TEST
+
 /* Each version loads by path, says so, and carries messages. */
 START_TEST(test_version_loads) {
   int version = 8 + _i;
@@ -337,6 +588,7 @@ int main(int argc, char **argv) {
   snprintf(plugin_dir, sizeof(plugin_dir), "%s", dir);
   unsetenv("NCCL_NET");
   unsetenv("NCCL_NET_PLUGIN");
+  unsetenv("TESTNET_NSOCKS");
   Suite *s = suite_create("net_plugin");
   TCase *tc = tcase_create("load");
   tcase_set_timeout(tc, 60);
@@ -347,6 +599,13 @@ int main(int argc, char **argv) {
   tcase_add_loop_test(tc, test_none, 0, 2);
   tcase_add_test(tc, test_unset_quiet);
   tcase_add_test(tc, test_unset_default_loads);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("TestNet threads");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_many_outstanding, 0, 8);
+  tcase_add_test(tc, test_split_across_sockets);
+  tcase_add_loop_test(tc, test_oversize, 0, 2);
+  tcase_add_loop_test(tc, test_bad_nsocks, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("NCCL_NET");
   tcase_set_timeout(tc, 60);

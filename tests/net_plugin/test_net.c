@@ -1,53 +1,27 @@
 /* TestNet: an NCCL external net plugin written against the plugin ABI
  * alone (net_plugin_abi.h; no weft internals), built once per ABI version
  * (TESTNET_VERSION picks which ncclNetPlugin_vN it exports). It carries
- * messages over plain TCP on loopback with its own code: one socket per
- * comm pair, every message an 8-byte size then the bytes, posted requests
- * moved in order by whichever isend/irecv/test call comes next, never
- * blocking. Like a verbs network, it moves registered memory only: a send
- * or receive outside its mhandle's region is refused. A closed send comm logs its byte count
- * through the logger it was given, so tests can see the data went through it.
+ * messages over TCP on loopback with its own code, made the way a fast
+ * socket plugin is (tn.h): per comm a control socket the caller's thread
+ * moves without blocking, and data sockets moved by helper threads of the
+ * comm's own, large messages cut across them. Like a verbs network, it
+ * moves registered memory only: a send or receive outside its mhandle's
+ * region is refused. A closed send comm logs its byte count (and each
+ * data socket's) through the logger it was given, so tests can see the
+ * data went through it.
  *
- * TESTNET_FAIL_INIT=1 in the environment makes init fail. */
-#include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+ * Environment: TESTNET_FAIL_INIT=1 makes init fail; TESTNET_NSOCKS (0..8,
+ * default 2) is the data sockets, and helper threads, of each comm this
+ * process connects (0: every message on the control socket, no thread). */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include "transport/net/plugin/net_plugin_abi.h"
+#include "tests/net_plugin/tn.h"
 
-#ifndef TESTNET_VERSION
-#error "TESTNET_VERSION (8..11) picks the ABI version"
-#endif
-
-#define TN_MAGIC 0x54657374u
 #define TN_EXPORT __attribute__((visibility("default")))
 
-struct tn_handle {
-  uint32_t magic;
-  struct sockaddr_in addr;
-};
-
-struct tn_comm;
-struct tn_req {
-  struct tn_comm *comm;
-  int used, complete;
-  char *data;
-  size_t size;     /* posted (recv: capacity) */
-  uint64_t header; /* the message's size on the wire */
-  size_t header_done, done;
-};
-
-struct tn_comm {
-  int fd, is_send, failed;
-  struct tn_req reqs[NET_PLUGIN_MAX_REQUESTS];
-  int head, count;
-  unsigned long long bytes, messages;
-};
+ncclDebugLogger_t tn_log;
+int tn_nsocks = TN_DEFAULT_SOCKS;
 
 /* A registration: isend and irecv refuse memory outside their mhandle's
  * region, as a verbs network would (it could not reach it). */
@@ -57,78 +31,27 @@ struct tn_mr {
   size_t size;
 };
 
-static ncclDebugLogger_t tn_log;
-
 static ncclResult_t tn_init(ncclDebugLogger_t log) {
   const char *fail = getenv("TESTNET_FAIL_INIT");
   if (fail != NULL && strcmp(fail, "1") == 0) return ncclSystemError;
   tn_log = log;
+  const char *nsocks = getenv("TESTNET_NSOCKS");
+  if (nsocks != NULL) {
+    char *end;
+    long n = strtol(nsocks, &end, 10);
+    if (*nsocks == '\0' || *end != '\0' || n < 0 || n > TN_MAX_SOCKS) {
+      TN_WARN("TestNet v%d: TESTNET_NSOCKS=%s: expected 0..%d data sockets per comm",
+              TESTNET_VERSION, nsocks, TN_MAX_SOCKS);
+      return ncclInvalidArgument;
+    }
+    tn_nsocks = (int)n;
+  }
   return ncclSuccess;
 }
 
 static ncclResult_t tn_devices(int *ndev) {
   *ndev = 1;
   return ncclSuccess;
-}
-
-static ncclResult_t tn_listen(void *handle, void **listen_comm) {
-  struct tn_handle *h = handle;
-  socklen_t len = sizeof(h->addr);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ncclSystemError;
-  memset(h, 0, sizeof(*h));
-  h->magic = TN_MAGIC;
-  h->addr.sin_family = AF_INET;
-  h->addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, (struct sockaddr *)&h->addr, sizeof(h->addr)) != 0 || listen(fd, 64) != 0 ||
-      getsockname(fd, (struct sockaddr *)&h->addr, &len) != 0) {
-    close(fd);
-    return ncclSystemError;
-  }
-  int *l = malloc(sizeof(int));
-  if (l == NULL) {
-    close(fd);
-    return ncclSystemError;
-  }
-  *l = fd;
-  *listen_comm = l;
-  return ncclSuccess;
-}
-
-static ncclResult_t tn_comm_new(int fd, int is_send, void **out) {
-  struct tn_comm *c = calloc(1, sizeof(*c));
-  if (c == NULL) return ncclSystemError;
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  c->fd = fd;
-  c->is_send = is_send;
-  *out = c;
-  return ncclSuccess;
-}
-
-/* A loopback connect to a listening socket completes at once (the
- * kernel's backlog takes it); the listener's accept may come later. */
-static ncclResult_t tn_connect(const void *handle, void **send_comm) {
-  const struct tn_handle *h = handle;
-  *send_comm = NULL;
-  if (h->magic != TN_MAGIC) return ncclInvalidUsage;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ncclSystemError;
-  if (connect(fd, (const struct sockaddr *)&h->addr, sizeof(h->addr)) != 0) {
-    close(fd);
-    return errno == ECONNREFUSED || errno == EAGAIN ? ncclSuccess : ncclSystemError;
-  }
-  return tn_comm_new(fd, 1, send_comm);
-}
-
-static ncclResult_t tn_accept(void *listen_comm, void **recv_comm,
-                              ncclNetDeviceHandle_v8_t **dev_comm) {
-  (void)dev_comm;
-  *recv_comm = NULL;
-  int fd = accept4(*(int *)listen_comm, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? ncclSuccess : ncclSystemError;
-  return tn_comm_new(fd, 0, recv_comm);
 }
 
 static ncclResult_t tn_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
@@ -166,60 +89,6 @@ static ncclResult_t tn_check_mr(const void *mhandle, const void *data, size_t si
   return ncclInternalError;
 }
 
-/* Moves bytes [*done, want) of buf; 1 when all moved, 0 when the socket
- * would block, -1 on error or a closed peer. */
-static int tn_move(struct tn_comm *c, char *buf, size_t want, size_t *done) {
-  while (*done < want) {
-    ssize_t n = c->is_send ? send(c->fd, buf + *done, want - *done, MSG_NOSIGNAL | MSG_DONTWAIT)
-                           : recv(c->fd, buf + *done, want - *done, MSG_DONTWAIT);
-    if (n > 0) {
-      *done += (size_t)n;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-    if (n < 0 && errno == EINTR) continue;
-    return -1;
-  }
-  return 1;
-}
-
-/* Progresses the comm's requests in posting order. */
-static ncclResult_t tn_progress(struct tn_comm *c) {
-  if (c->failed) return ncclRemoteError;
-  for (int i = 0; i < c->count; i++) {
-    struct tn_req *r = &c->reqs[(c->head + i) % NET_PLUGIN_MAX_REQUESTS];
-    if (!r->used || r->complete) continue;
-    int rc = tn_move(c, (char *)&r->header, sizeof(r->header), &r->header_done);
-    if (rc == 1 && !c->is_send && r->header > r->size) rc = -1; /* larger than posted */
-    if (rc == 1) rc = tn_move(c, r->data, (size_t)r->header, &r->done);
-    if (rc < 0) {
-      c->failed = 1;
-      return ncclRemoteError;
-    }
-    if (rc == 0) return ncclSuccess;
-    r->complete = 1;
-    c->bytes += r->header;
-    c->messages++;
-  }
-  return ncclSuccess;
-}
-
-static ncclResult_t tn_post(struct tn_comm *c, void *data, size_t size, void **request) {
-  *request = NULL;
-  if (c->count == NET_PLUGIN_MAX_REQUESTS) return tn_progress(c);
-  struct tn_req *r = &c->reqs[(c->head + c->count) % NET_PLUGIN_MAX_REQUESTS];
-  if (r->used) return tn_progress(c);
-  memset(r, 0, sizeof(*r));
-  r->comm = c;
-  r->used = 1;
-  r->data = data;
-  r->size = size;
-  if (c->is_send) r->header = size;
-  c->count++;
-  *request = r;
-  return tn_progress(c);
-}
-
 static ncclResult_t tn_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
                              void **request) {
   (void)tag;
@@ -240,40 +109,6 @@ static ncclResult_t tn_iflush(void *recv_comm, int n, void **data, int *sizes, v
                               void **request) {
   (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
   *request = NULL;
-  return ncclSuccess;
-}
-
-static ncclResult_t tn_test(void *request, int *done, int *sizes) {
-  struct tn_req *r = request;
-  struct tn_comm *c = r->comm;
-  *done = 0;
-  ncclResult_t res = tn_progress(c);
-  if (res != ncclSuccess) return res;
-  if (!r->complete) return ncclSuccess;
-  *done = 1;
-  if (sizes != NULL) sizes[0] = (int)r->header;
-  r->used = 0;
-  while (c->count > 0 && !c->reqs[c->head].used) {
-    c->head = (c->head + 1) % NET_PLUGIN_MAX_REQUESTS;
-    c->count--;
-  }
-  return ncclSuccess;
-}
-
-static ncclResult_t tn_close(void *comm) {
-  struct tn_comm *c = comm;
-  if (c->is_send && tn_log != NULL)
-    tn_log(NCCL_LOG_INFO, 16 /* NET */, __FILE__, __LINE__,
-           "TestNet v%d: send comm closed after %llu bytes in %llu messages", TESTNET_VERSION,
-           c->bytes, c->messages);
-  close(c->fd);
-  free(c);
-  return ncclSuccess;
-}
-
-static ncclResult_t tn_close_listen(void *listen_comm) {
-  close(*(int *)listen_comm);
-  free(listen_comm);
   return ncclSuccess;
 }
 
