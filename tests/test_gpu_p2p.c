@@ -88,10 +88,14 @@ static void expect(const float *d, int from, int to, size_t count, int rep, cons
   float *h = malloc((count ? count : 1) * sizeof(float));
   ck_assert_ptr_nonnull(h);
   ck_assert_int_eq(cudaMemcpy(h, d, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  for (size_t i = 0; i < count; i++)
-    ck_assert_msg(h[i] == val(from, to, i, rep), "%s: rank %d got %g from rank %d at %zu, not %g",
-                  what, to, (double)h[i], from, i, (double)val(from, to, i, rep));
+  /* A plain loop, asserting only at the first difference: a Check
+   * assertion per element of 64 Mi would take minutes. */
+  size_t i = 0;
+  while (i < count && h[i] == val(from, to, i, rep)) i++;
+  float got = i < count ? h[i] : 0;
   free(h);
+  ck_assert_msg(i == count, "%s: rank %d got %g from rank %d at %zu, not %g", what, to,
+                (double)got, from, i, (double)val(from, to, i, rep));
 }
 
 static size_t kernel_nodes(cudaGraph_t g) {
