@@ -20,7 +20,6 @@
  * out-of-place inputs must come back untouched. Inputs repeat with a prime
  * period, so references are tables of one period. */
 #include <check.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,6 +31,7 @@
 #include "elem.h"
 #include "harness.h"
 #include "nccl.h"
+#include "proc_threads.h"
 
 #define PERIOD 1009
 #define GUARD 16
@@ -513,24 +513,6 @@ struct session {
   int allreduce_only;
 };
 
-/* Threads of this process named weft-copy (the host engine's copy pool). */
-static int copy_threads_now(void) {
-  DIR *d = opendir("/proc/self/task");
-  int n = 0;
-  struct dirent *e;
-  while (d != NULL && (e = readdir(d)) != NULL) {
-    char path[300], name[32] = "";
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    if (fgets(name, sizeof name, f) != NULL) n += strncmp(name, "weft-copy", 9) == 0;
-    fclose(f);
-  }
-  if (d != NULL) closedir(d);
-  return n;
-}
-
 static int session_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   const struct session *ses = arg;
   struct ctx c = {.rank = rank, .nranks = nranks};
@@ -553,10 +535,10 @@ static int session_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   const char *copy = getenv("WEFT_HOST_COPY_THREADS");
   int want = copy != NULL ? atoi(copy) : 0;
   if (want > 0 && !ses->allreduce_only && rank == nranks - 1)
-    HCHECK(copy_threads_now() == want,
+    HCHECK(proc_threads_named("weft-copy") == want,
            "rank %d: %d copy threads after a large out-of-place broadcast at this root, "
            "expected WEFT_HOST_COPY_THREADS=%d",
-           rank, copy_threads_now(), want);
+           rank, proc_threads_named("weft-copy"), want);
   HNCCL(ncclCommDestroy(c.comm));
   free(c.t);
   free(b.send);

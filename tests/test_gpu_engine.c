@@ -15,52 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXR 4
+#include "gpu_initall.h"
 
 static const int nranks_of[] = {2, 4};
 static const size_t counts[] = {1, 7, 1000003};
 
-struct ranks {
-  int n;
-  ncclComm_t comms[MAXR];
-  cudaStream_t streams[MAXR];
-};
-
-static void ranks_open(struct ranks *rs, int n) {
-  int devs[MAXR] = {0, 0, 0, 0};
-  rs->n = n;
-  ck_assert_int_eq(ncclCommInitAll(rs->comms, n, devs), ncclSuccess);
-  for (int r = 0; r < n; r++)
-    ck_assert_int_eq(cudaStreamCreateWithFlags(&rs->streams[r], cudaStreamNonBlocking),
-                     cudaSuccess);
-}
-
-static void ranks_sync(struct ranks *rs) {
-  for (int r = 0; r < rs->n; r++)
-    ck_assert_int_eq(cudaStreamSynchronize(rs->streams[r]), cudaSuccess);
-  for (int r = 0; r < rs->n; r++) {
-    ncclResult_t err = ncclInProgress;
-    ck_assert_int_eq(ncclCommGetAsyncError(rs->comms[r], &err), ncclSuccess);
-    ck_assert_int_eq(err, ncclSuccess);
-  }
-}
-
-static void ranks_close(struct ranks *rs) {
-  for (int r = 0; r < rs->n; r++) {
-    ck_assert_int_eq(ncclCommDestroy(rs->comms[r]), ncclSuccess);
-    cudaStreamDestroy(rs->streams[r]);
-  }
-}
-
 static float input(int r, size_t i) {
   return (float)((int)(i % 13) + r);
-}
-
-static float *dev_alloc(size_t count) {
-  float *p = NULL;
-  ck_assert_int_eq(cudaMalloc((void **)&p, (count ? count : 1) * sizeof(float)), cudaSuccess);
-  ck_assert_int_eq(cudaMemset(p, 0xff, (count ? count : 1) * sizeof(float)), cudaSuccess); /* NaN */
-  return p;
 }
 
 static void upload(float *d, int r, size_t count, size_t offset, float *host) {
@@ -109,7 +70,7 @@ START_TEST(allreduce) {
     }
   }
   free(host);
-  ranks_close(&rs);
+  ranks_close(&rs, 0);
 }
 END_TEST
 
@@ -164,25 +125,9 @@ START_TEST(allgather_broadcast) {
     cudaFree(out[r]);
   }
   free(host);
-  ranks_close(&rs);
+  ranks_close(&rs, 0);
 }
 END_TEST
-
-/* Kernel nodes in a captured graph. */
-static size_t kernel_nodes(cudaGraph_t g) {
-  size_t n = 0;
-  ck_assert_int_eq(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
-  cudaGraphNode_t *nodes = calloc(n ? n : 1, sizeof(*nodes));
-  ck_assert_int_eq(cudaGraphGetNodes(g, nodes, &n), cudaSuccess);
-  size_t kernels = 0;
-  for (size_t i = 0; i < n; i++) {
-    enum cudaGraphNodeType t;
-    ck_assert_int_eq(cudaGraphNodeGetType(nodes[i], &t), cudaSuccess);
-    kernels += t == cudaGraphNodeTypeKernel;
-  }
-  free(nodes);
-  return kernels;
-}
 
 /* A group of three collectives per rank (AllReduce, AllGather,
  * ReduceScatter, on the rank's stream): on the ring's plans
@@ -284,7 +229,7 @@ START_TEST(group_one_launch) {
     cudaFree(rsout[r]);
   }
   free(host);
-  ranks_close(&rs);
+  ranks_close(&rs, 0);
 }
 END_TEST
 
@@ -326,7 +271,7 @@ START_TEST(refusals) {
     cudaFree(sb[r]);
     cudaFree(rb[r]);
   }
-  ranks_close(&rs);
+  ranks_close(&rs, 0);
 }
 END_TEST
 

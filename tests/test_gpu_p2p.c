@@ -24,40 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXR 4
-
-struct ranks {
-  int n;
-  ncclComm_t comms[MAXR];
-  cudaStream_t streams[MAXR];
-};
-
-static void ranks_open(struct ranks *rs, int n) {
-  int devs[MAXR] = {0, 0, 0, 0};
-  rs->n = n;
-  ck_assert_int_eq(ncclCommInitAll(rs->comms, n, devs), ncclSuccess);
-  for (int r = 0; r < n; r++)
-    ck_assert_int_eq(cudaStreamCreateWithFlags(&rs->streams[r], cudaStreamNonBlocking),
-                     cudaSuccess);
-}
-
-static void ranks_close(struct ranks *rs, int abort) {
-  for (int r = 0; r < rs->n; r++) {
-    ck_assert_int_eq(abort ? ncclCommAbort(rs->comms[r]) : ncclCommDestroy(rs->comms[r]),
-                     ncclSuccess);
-    cudaStreamDestroy(rs->streams[r]);
-  }
-}
-
-static void ranks_sync(struct ranks *rs) {
-  for (int r = 0; r < rs->n; r++)
-    ck_assert_int_eq(cudaStreamSynchronize(rs->streams[r]), cudaSuccess);
-  for (int r = 0; r < rs->n; r++) {
-    ncclResult_t err = ncclInProgress;
-    ck_assert_int_eq(ncclCommGetAsyncError(rs->comms[r], &err), ncclSuccess);
-    ck_assert_msg(err == ncclSuccess, "rank %d: %s", r, ncclGetLastError(rs->comms[r]));
-  }
-}
+#include "gpu_initall.h"
 
 /* Element i of what rank `from` sends rank `to` in replay `rep`. */
 static float val(int from, int to, size_t i, int rep) {
@@ -67,13 +34,6 @@ static float val(int from, int to, size_t i, int rep) {
 /* Elements rank r sends rank q (0 from rank 1 to rank 0). */
 static size_t pair_count(int r, int q) {
   return r == 1 && q == 0 ? 0 : 1000 + 37 * (size_t)r + 11 * (size_t)q;
-}
-
-static float *dev_alloc(size_t count) {
-  float *p = NULL;
-  ck_assert_int_eq(cudaMalloc((void **)&p, (count ? count : 1) * sizeof(float)), cudaSuccess);
-  ck_assert_int_eq(cudaMemset(p, 0xff, (count ? count : 1) * sizeof(float)), cudaSuccess);
-  return p;
 }
 
 static void fill(float *d, int from, int to, size_t count, int rep) {
@@ -94,23 +54,8 @@ static void expect(const float *d, int from, int to, size_t count, int rep, cons
   while (i < count && h[i] == val(from, to, i, rep)) i++;
   float got = i < count ? h[i] : 0;
   free(h);
-  ck_assert_msg(i == count, "%s: rank %d got %g from rank %d at %zu, not %g", what, to,
-                (double)got, from, i, (double)val(from, to, i, rep));
-}
-
-static size_t kernel_nodes(cudaGraph_t g) {
-  size_t n = 0;
-  ck_assert_int_eq(cudaGraphGetNodes(g, NULL, &n), cudaSuccess);
-  cudaGraphNode_t *nodes = calloc(n ? n : 1, sizeof(*nodes));
-  ck_assert_int_eq(cudaGraphGetNodes(g, nodes, &n), cudaSuccess);
-  size_t kernels = 0;
-  for (size_t i = 0; i < n; i++) {
-    enum cudaGraphNodeType t;
-    ck_assert_int_eq(cudaGraphNodeGetType(nodes[i], &t), cudaSuccess);
-    kernels += t == cudaGraphNodeTypeKernel;
-  }
-  free(nodes);
-  return kernels;
+  ck_assert_msg(i == count, "%s: rank %d got %g from rank %d at %zu, not %g", what, to, (double)got,
+                from, i, (double)val(from, to, i, rep));
 }
 
 #define EXTRA 2 /* rank 0's extra sends to rank 1 */

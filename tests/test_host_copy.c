@@ -6,7 +6,6 @@
  * out-of-place broadcast and a one-rank AllReduce with the pool forced on
  * (WEFT_HOST_COPY_THREADS). */
 #include <check.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,27 +14,10 @@
 
 #include "exec/host_copy.h"
 #include "nccl.h"
+#include "proc_threads.h"
 
 static void fill(char *buf, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; i++) buf[i] = (char)((i * 2654435761u + seed) >> 13);
-}
-
-/* Threads of this process named weft-copy. */
-static int copy_threads_now(void) {
-  DIR *d = opendir("/proc/self/task");
-  int n = 0;
-  struct dirent *e;
-  while (d != NULL && (e = readdir(d)) != NULL) {
-    char path[300], name[32] = "";
-    if (e->d_name[0] == '.') continue;
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) continue;
-    if (fgets(name, sizeof name, f) != NULL) n += strncmp(name, "weft-copy", 9) == 0;
-    fclose(f);
-  }
-  if (d != NULL) closedir(d);
-  return n;
 }
 
 START_TEST(test_threads_rule) {
@@ -59,7 +41,7 @@ START_TEST(test_wants) {
   ck_assert(!weft_host_copy_wants(&none, (size_t)1 << 30));
   ck_assert(!weft_host_copy_wants(&pool, WEFT_HOST_COPY_PIECE));
   ck_assert(weft_host_copy_wants(&pool, WEFT_HOST_COPY_PIECE + 1));
-  ck_assert_int_eq(copy_threads_now(), 0); /* nothing posted: no thread yet */
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 0); /* nothing posted: no thread yet */
   weft_host_copy_pool_stop(&pool);
   weft_host_copy_pool_stop(&none);
 }
@@ -76,12 +58,12 @@ START_TEST(test_pool_alone) {
   struct weft_host_copy c = {0};
   weft_host_copy_pool_init(&pool, 3, 0);
   weft_host_copy_post(&pool, &c, dst, src, n);
-  ck_assert_int_eq(copy_threads_now(), 3);
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 3);
   while (!weft_host_copy_finished(&c)) weft_host_copy_wait(&pool);
   ck_assert(memcmp(src, dst, n) == 0);
   ck_assert_uint_eq(c.pool_bytes, n);
   weft_host_copy_pool_stop(&pool);
-  ck_assert_int_eq(copy_threads_now(), 0);
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 0);
   free(src);
   free(dst);
 }
@@ -172,20 +154,20 @@ START_TEST(test_engine_pool) {
   ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
   for (int r = 0; r < N; r++)
     ck_assert_msg(memcmp(out[r], in[1], bytes) == 0, "rank %d's output is not rank 1's input", r);
-  ck_assert_int_eq(copy_threads_now(), 2); /* the root's pool only */
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 2); /* the root's pool only */
   ck_assert_int_eq(ncclCommInitAll(&solo, 1, NULL), ncclSuccess);
   memset(out[0], 0xff, bytes);
   ck_assert_int_eq(ncclAllReduce(in[0], out[0], count, ncclFloat32, ncclSum, solo, NULL),
                    ncclSuccess);
   ck_assert(memcmp(out[0], in[0], bytes) == 0);
-  ck_assert_int_eq(copy_threads_now(), 4);
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 4);
   ck_assert_int_eq(ncclCommDestroy(solo), ncclSuccess);
   for (int r = 0; r < N; r++) {
     ck_assert_int_eq(ncclCommDestroy(comms[r]), ncclSuccess);
     free(in[r]);
     free(out[r]);
   }
-  ck_assert_int_eq(copy_threads_now(), 0);
+  ck_assert_int_eq(proc_threads_named("weft-copy"), 0);
 }
 END_TEST
 

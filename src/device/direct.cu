@@ -32,14 +32,9 @@
 #include "device/dev_check.cuh"
 #include "device/direct.cuh"
 
-struct direct_args {
-  exec_args x;                   /* x.conns: abort, error word, timeout (the waits' own) */
-  weft_dev_board *const *boards; /* [nranks], device array */
-  int rank, nranks, func, root, dt, op, avg;
+struct direct_args : direct_call {
   uint32_t sys; /* some peer is on another GPU: system-scope ordering */
   size_t count; /* elements: per rank for AllGather and ReduceScatter */
-  const char *in;
-  char *out;
 };
 
 /* Bytes of an element of datatype dt (refused at launch if unknown). */
@@ -283,19 +278,9 @@ extern "C" ncclResult_t weft_dev_direct_launch(const struct weft_dev_direct *d,
     return ncclInternalError;
   }
   direct_args a = {};
-  a.boards = table;
-  a.rank = conns->rank;
-  a.nranks = conns->nranks;
-  a.func = d->func;
-  a.root = d->root;
-  a.dt = (int)d->datatype;
-  a.op = exec_op_of(d->op);
-  a.avg = d->op == ncclAvg;
+  direct_call_fill(&a, d, table, conns);
   a.sys = sys ? 1u : 0u;
   a.count = d->count;
-  a.in = (const char *)d->sendbuff;
-  a.out = (char *)d->recvbuff;
-  a.x.conns = *conns;
   void *args[] = {&a};
   DEV_CUDA(cudaLaunchKernel((const void *)weft_direct_kernel, dim3((unsigned)nctas),
                             dim3(DIRECT_THREADS), args, 0, stream),

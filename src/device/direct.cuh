@@ -55,6 +55,33 @@ struct weft_dev_board {
   alignas(128) uint64_t ll_done; /* the last LL call the rank finished reading */
 };
 
+/* What a direct collective's kernel gets (direct.cu, direct_ll.cu add
+ * their own fields). */
+struct direct_call {
+  exec_args x;                   /* x.conns: abort, error word, timeout (the waits' own) */
+  weft_dev_board *const *boards; /* [nranks], device array */
+  int rank, nranks, func, root, dt, op, avg;
+  const char *in;
+  char *out;
+};
+
+/* The call's fields from the engine's description (host side). */
+static inline void direct_call_fill(direct_call *c, const struct weft_dev_direct *d,
+                                    weft_dev_board *const *table,
+                                    const struct weft_dev_conns *conns) {
+  c->boards = table;
+  c->rank = conns->rank;
+  c->nranks = conns->nranks;
+  c->func = d->func;
+  c->root = d->root;
+  c->dt = (int)d->datatype;
+  c->op = exec_op_of(d->op);
+  c->avg = d->op == ncclAvg;
+  c->in = (const char *)d->sendbuff;
+  c->out = (char *)d->recvbuff;
+  c->x.conns = *conns;
+}
+
 /* Thread 0: until *w reaches e (peer: whose board, for a timeout's
  * report); 0: stop (an error, an abort or the timeout). */
 __device__ inline int direct_wait(const exec_args &x, const uint64_t *w, uint32_t sys, uint64_t e,

@@ -24,13 +24,8 @@
 #include "device/direct.cuh"
 #include "device/ll_line.cuh"
 
-struct direct_ll_args {
-  exec_args x;
-  weft_dev_board *const *boards;
-  int rank, nranks, func, root, dt, op, avg;
+struct direct_ll_args : direct_call {
   size_t bytes; /* a sender's slot: count * element (per rank for AllGather, ReduceScatter) */
-  const char *in;
-  char *out;
 };
 
 /* 8 bytes of elements T: a op= b, elementwise. */
@@ -227,18 +222,8 @@ extern "C" ncclResult_t weft_dev_direct_ll_launch(const struct weft_dev_direct *
                                                   const struct weft_dev_conns *conns, size_t bytes,
                                                   int nctas, cudaStream_t stream) {
   direct_ll_args a = {};
-  a.boards = table;
-  a.rank = conns->rank;
-  a.nranks = conns->nranks;
-  a.func = d->func;
-  a.root = d->root;
-  a.dt = (int)d->datatype;
-  a.op = exec_op_of(d->op);
-  a.avg = d->op == ncclAvg;
+  direct_call_fill(&a, d, table, conns);
   a.bytes = bytes;
-  a.in = (const char *)d->sendbuff;
-  a.out = (char *)d->recvbuff;
-  a.x.conns = *conns;
   void *args[] = {&a};
   DEV_CUDA(cudaLaunchKernel((const void *)weft_direct_ll_kernel, dim3((unsigned)nctas),
                             dim3(DIRECT_THREADS), args, 0, stream),
