@@ -72,10 +72,38 @@ __device__ __forceinline__ int ll_take(const direct_ll_args &a, const uint4 *lin
  * there cost one memory latency per batch, not one per sender. */
 #define LL_BATCH 8
 
+/* red8 and div8 for datatype dt, called: the reduction loop below is
+ * compiled once, not once per datatype (docs/CUDA.md, "Build time"). */
+#define DT_CASES(F)                               \
+  switch (dt) {                                   \
+    case ncclInt8: return F(int8_t);              \
+    case ncclUint8: return F(uint8_t);            \
+    case ncclInt32: return F(int32_t);            \
+    case ncclUint32: return F(uint32_t);          \
+    case ncclInt64: return F(int64_t);            \
+    case ncclUint64: return F(uint64_t);          \
+    case ncclFloat16: return F(__half);           \
+    case ncclFloat32: return F(float);            \
+    case ncclFloat64: return F(double);           \
+    case ncclBfloat16: return F(__nv_bfloat16);   \
+    case ncclFloat8e4m3: return F(__nv_fp8_e4m3); \
+    case ncclFloat8e5m2: return F(__nv_fp8_e5m2); \
+    default: return a; /* refused at launch */    \
+  }
+__device__ __noinline__ uint64_t red8_any(int dt, int op, uint64_t a, uint64_t b){
+#define RED8(T) red8<T>(op, a, b)
+    DT_CASES(RED8)
+#undef RED8
+} __device__ __noinline__ uint64_t div8_any(int dt, uint64_t a, int n) {
+#define DIV8(T) div8<T>(a, n)
+  DT_CASES(DIV8)
+#undef DIV8
+}
+#undef DT_CASES
+
 /* Step 2 of a reduction: line k of every sender, in rank order. */
-template <typename T>
-__device__ __noinline__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_t g, size_t G,
-                                      size_t nlines, char *out, int al) {
+__device__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_t g, size_t G, size_t nlines,
+                         char *out, int al) {
   const weft_dev_board *me = a.boards[a.rank];
   const uint32_t flag = (uint32_t)e;
   const int n = a.nranks;
@@ -91,33 +119,14 @@ __device__ __noinline__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_
         const int q = q0 + u;
         if (q >= n) break;
         if (!ll_take(a, ll_slot(me, e, n, q) + k, flag, q, v[u], &d)) return 0;
-        acc = q == 0 ? d : red8<T>(a.op, acc, d);
+        acc = q == 0 ? d : red8_any(a.dt, a.op, acc, d);
       }
     }
-    if (a.avg) acc = div8<T>(acc, n);
+    if (a.avg) acc = div8_any(a.dt, acc, n);
     size_t at = 8 * k;
     pack_store(out + at, acc, a.bytes - at < 8 ? (int)(a.bytes - at) : 8, al);
   }
   return 1;
-}
-
-__device__ int ll_reduce_any(const direct_ll_args &a, uint64_t e, size_t g, size_t G, size_t nlines,
-                             char *out, int al) {
-  switch (a.dt) {
-    case ncclInt8: return ll_reduce<int8_t>(a, e, g, G, nlines, out, al);
-    case ncclUint8: return ll_reduce<uint8_t>(a, e, g, G, nlines, out, al);
-    case ncclInt32: return ll_reduce<int32_t>(a, e, g, G, nlines, out, al);
-    case ncclUint32: return ll_reduce<uint32_t>(a, e, g, G, nlines, out, al);
-    case ncclInt64: return ll_reduce<int64_t>(a, e, g, G, nlines, out, al);
-    case ncclUint64: return ll_reduce<uint64_t>(a, e, g, G, nlines, out, al);
-    case ncclFloat16: return ll_reduce<__half>(a, e, g, G, nlines, out, al);
-    case ncclFloat32: return ll_reduce<float>(a, e, g, G, nlines, out, al);
-    case ncclFloat64: return ll_reduce<double>(a, e, g, G, nlines, out, al);
-    case ncclBfloat16: return ll_reduce<__nv_bfloat16>(a, e, g, G, nlines, out, al);
-    case ncclFloat8e4m3: return ll_reduce<__nv_fp8_e4m3>(a, e, g, G, nlines, out, al);
-    case ncclFloat8e5m2: return ll_reduce<__nv_fp8_e5m2>(a, e, g, G, nlines, out, al);
-    default: return 1; /* refused at launch */
-  }
 }
 
 /* Step 2 of a copy: sender q's lines into out. */
@@ -193,11 +202,9 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
   int ok = 1;
   switch (a.func) {
     case WEFT_FUNC_ALLREDUCE:
-    case WEFT_FUNC_REDUCESCATTER:
-      ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
-      break;
+    case WEFT_FUNC_REDUCESCATTER: ok = ll_reduce(a, e, g, G, nlines, a.out, align8(a.out)); break;
     case WEFT_FUNC_REDUCE:
-      if (r == a.root) ok = ll_reduce_any(a, e, g, G, nlines, a.out, align8(a.out));
+      if (r == a.root) ok = ll_reduce(a, e, g, G, nlines, a.out, align8(a.out));
       break;
     case WEFT_FUNC_BROADCAST: ok = ll_copy(a, e, a.root, g, G, nlines, a.out); break;
     case WEFT_FUNC_ALLGATHER:
