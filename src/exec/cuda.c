@@ -771,34 +771,27 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
   return streams_join(comm, "a group's collectives", streams, nstreams, 0);
 }
 
-/* The FIFO plan's part of a group (the ops not in direct[], all when it is
- * NULL), launched on s after the direct part. */
-static ncclResult_t p2p_plan_launch(struct ncclComm *comm, const struct weft_cuda_p2p *p,
-                                    void *const *bufs, const unsigned char *direct,
-                                    cudaStream_t s) {
+/* The FIFO plan of nops ops (bufs: their buffers), launched on s. */
+static ncclResult_t p2p_plan_launch(struct ncclComm *comm, const struct weft_p2p *ops,
+                                    void *const *bufs, int nops, cudaStream_t s) {
   struct weft_cuda_engine *e = comm->cuda;
-  struct weft_p2p *ops = malloc((size_t)p->nops * sizeof(*ops));
-  void **rest = malloc((size_t)p->nops * sizeof(*rest));
-  struct weft_cuda_p2p part = {.ops = ops, .bufs = rest, .streams = p->streams, .nstreams = 1};
-  ncclResult_t res = ncclSystemError;
-  if (ops == NULL || rest == NULL) {
-    WARN("rank %d: send/recv: out of memory for %d operations", comm->rank, p->nops);
-    goto out;
-  }
-  for (int k = 0; k < p->nops; k++)
-    if (direct == NULL || !direct[k]) ops[part.nops] = p->ops[k], rest[part.nops++] = bufs[k];
+  const struct weft_cuda_p2p part = {.ops = ops, .bufs = bufs, .nops = nops};
   struct plan_entry *entry;
-  res = p2p_plan_get(comm, &part, s, &entry);
-  if (res == ncclSuccess) res = lanes_fit(comm, "send/recv", entry->plan.nlanes);
-  if (res == ncclSuccess) {
-    plan_use(e, entry, s);
-    res = weft_cuda_net_post(comm, entry->net_ops, s);
-  }
-  if (res == ncclSuccess) res = weft_dev_p2p_launch(&entry->plan, &e->conns, rest, part.nops, s);
-out:
-  free(ops);
-  free(rest);
-  return res;
+  WEFT_CHECK(p2p_plan_get(comm, &part, s, &entry));
+  WEFT_CHECK(lanes_fit(comm, "send/recv", entry->plan.nlanes));
+  plan_use(e, entry, s);
+  WEFT_CHECK(weft_cuda_net_post(comm, entry->net_ops, s));
+  return weft_dev_p2p_launch(&entry->plan, &e->conns, bufs, nops, s);
+}
+
+/* The ops of p not marked in direct, with their buffers, compacted into
+ * ops (nops entries of room) and bufs (in place); returns how many. */
+static int p2p_rest(const struct weft_cuda_p2p *p, const unsigned char *direct,
+                    struct weft_p2p *ops, void **bufs) {
+  int n = 0;
+  for (int k = 0; k < p->nops; k++)
+    if (!direct[k]) ops[n] = p->ops[k], bufs[n++] = bufs[k];
+  return n;
 }
 
 ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
@@ -823,8 +816,19 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
    * for its peers' direct kernels, never behind a FIFO plan. */
   if (res == ncclSuccess && ndirect > 0)
     res = weft_cuda_direct_p2p_launch(comm, e->direct, &e->conns, p->ops, bufs, direct, p->nops, s);
-  if (res == ncclSuccess && ndirect < p->nops)
-    res = p2p_plan_launch(comm, p, bufs, ndirect > 0 ? direct : NULL, s);
+  if (res == ncclSuccess && ndirect == 0) {
+    res = p2p_plan_launch(comm, p->ops, bufs, p->nops, s);
+  } else if (res == ncclSuccess && ndirect < p->nops) {
+    /* Only a group that mixes both paths pays for a list of the rest. */
+    struct weft_p2p *rest = malloc((size_t)p->nops * sizeof(*rest));
+    if (rest == NULL) {
+      WARN("rank %d: send/recv: out of memory for %d operations", comm->rank, p->nops);
+      res = ncclSystemError;
+    } else {
+      res = p2p_plan_launch(comm, rest, bufs, p2p_rest(p, direct, rest, bufs), s);
+      free(rest);
+    }
+  }
   if (copies != NULL) cudaFreeAsync(copies, s);
   free(bufs);
   free(direct);
