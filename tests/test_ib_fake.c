@@ -94,6 +94,12 @@ START_TEST(test_props) {
   ck_assert_int_eq(pr.ptr_support, WEFT_NET_PTR_HOST); /* no dma-buf, no peermem */
   ck_assert_int_eq(pr.max_recvs, 1);
   ck_assert_int_eq(n->get_properties(1, &pr), ncclInvalidArgument);
+  /* The device a GPU's nearest NIC names (the CUDA engine's net links). */
+  ck_assert_int_eq(weft_net_dev_by_name(n, "fake_0", 1), 0);
+  ck_assert_int_eq(weft_net_dev_by_name(n, "fake_0", 0), 0); /* any port */
+  ck_assert_int_eq(weft_net_dev_by_name(n, "fake_0", 2), -1);
+  ck_assert_int_eq(weft_net_dev_by_name(n, "fake_1", 1), -1);
+  ck_assert_int_eq(weft_net_dev_by_name(n, "", 0), -1);
 }
 END_TEST
 

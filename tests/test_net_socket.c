@@ -580,6 +580,27 @@ START_TEST(test_reg_mr_host_only) {
 }
 END_TEST
 
+/* The device named like a NIC (how a GPU's nearest NIC becomes the device
+ * of its net links): every device by its own name, the first of a name;
+ * unknown and empty names none; a port is ignored where devices have none. */
+START_TEST(test_dev_by_name) {
+  ck_assert_int_eq(weft_net_get(&net), ncclSuccess);
+  int ndev = 0;
+  ck_assert_int_eq(net->devices(&ndev), ncclSuccess);
+  ck_assert_int_gt(ndev, 0);
+  for (int d = 0; d < ndev; d++) {
+    struct weft_net_props props;
+    ck_assert_int_eq(net->get_properties(d, &props), ncclSuccess);
+    int first = weft_net_dev_by_name(net, props.name, 0);
+    ck_assert_msg(first >= 0 && first <= d, "device %d (%s): found %d", d, props.name, first);
+    if (props.port == 0) ck_assert_int_eq(weft_net_dev_by_name(net, props.name, 7), first);
+  }
+  ck_assert_int_eq(weft_net_dev_by_name(net, "no-such-nic0", 0), -1);
+  ck_assert_int_eq(weft_net_dev_by_name(net, "", 0), -1);
+  ck_assert_int_eq(weft_net_dev_by_name(net, NULL, 0), -1);
+}
+END_TEST
+
 /* ---- Suite -------------------------------------------------------------------- */
 
 static Suite *net_socket_suite(void) {
@@ -597,6 +618,7 @@ static Suite *net_socket_suite(void) {
   tc = tcase_create("params");
   tcase_add_loop_test(tc, test_count_params, 0, 6);
   tcase_add_test(tc, test_reg_mr_host_only);
+  tcase_add_test(tc, test_dev_by_name);
   suite_add_tcase(s, tc);
   return s;
 }

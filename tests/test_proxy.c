@@ -106,9 +106,9 @@ static void pair_open(struct pair *p) {
   p->rmem = aligned_alloc(4096, bytes);
   ck_assert(p->smem != NULL && p->rmem != NULL);
   char handle[WEFT_NET_HANDLE_BYTES];
-  ck_assert_int_eq(weft_net_fifo_open(net, 0, 1, 0, NSLOTS, SLOT, p->rmem, handle, &p->recv),
+  ck_assert_int_eq(weft_net_fifo_open(net, 0, 0, 1, 0, NSLOTS, SLOT, p->rmem, handle, &p->recv),
                    ncclSuccess);
-  ck_assert_int_eq(weft_net_fifo_open(net, 1, 1, 0, NSLOTS, SLOT, p->smem, NULL, &p->send),
+  ck_assert_int_eq(weft_net_fifo_open(net, 0, 1, 1, 0, NSLOTS, SLOT, p->smem, NULL, &p->send),
                    ncclSuccess);
   int sd = 0, rd = 0;
   for (int i = 0; i < 100000 && !(sd && rd); i++) {

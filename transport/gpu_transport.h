@@ -47,6 +47,11 @@ struct weft_gpu_setup {
   uint64_t *error;
   const volatile uint32_t *abort;
   const struct weft_gpu_inbox_fns *inbox;
+  /* The NIC nearest the rank's GPU by the topology (its name, "" none;
+   * its port, 0 any): the net transport uses the network device of that
+   * name, else device 0. */
+  const char *net_nic;
+  int net_nic_port;
 };
 
 struct weft_gpu_transport_ops {

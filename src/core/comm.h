@@ -98,6 +98,15 @@ struct ncclComm {
    * topology knows (core/comm_topo.c). Over every pair, so the same on
    * every rank that sees the same topology. */
   int gpu_path;
+  /* The NIC nearest this rank's GPU in the topology (core/comm_topo.c):
+   * its name and port as the topology has them (net_nic[0] == '\0': none
+   * known), the path type to it (enum weft_topo_path) and whether
+   * GPUDirect RDMA is allowed over that path (NCCL_NET_GDR_LEVEL). The
+   * CUDA engine's net links use the network device of that name. */
+  char net_nic[64];
+  int net_nic_port;
+  int net_nic_path;
+  int net_nic_gdr;
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

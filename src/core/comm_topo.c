@@ -284,6 +284,30 @@ static ncclResult_t topo_dump(const struct ncclComm *comm, const struct weft_top
   return weft_topo_dump_xml(t, path); /* which logs the write */
 }
 
+/* comm->net_nic*: the NIC nearest this rank's GPU (g: its topology GPU,
+ * -1 none), logged with the path and the GPUDirect RDMA verdict. */
+static ncclResult_t choose_nic(struct ncclComm *comm, const struct weft_topo *t, int g) {
+  comm->net_nic[0] = '\0';
+  if (g < 0 || t->nnics == 0) return ncclSuccess;
+  int nic = -1, gdr = 0;
+  enum weft_topo_path path;
+  WEFT_CHECK(weft_topo_gpu_nic(t, g, &nic, &path));
+  if (nic < 0) return ncclSuccess;
+  WEFT_CHECK(weft_topo_gpu_nic_gdr(t, g, nic, &gdr));
+  const struct weft_topo_node *n = &t->nodes[t->nics[nic]];
+  snprintf(comm->net_nic, sizeof(comm->net_nic), "%s", n->name);
+  comm->net_nic_port = n->port;
+  comm->net_nic_path = (int)path;
+  comm->net_nic_gdr = gdr;
+  INFO(WEFT_INIT | WEFT_NET,
+       "rank %d: GPU %s's nearest NIC is %s port %d (path %s); GPUDirect RDMA %s there "
+       "(NCCL_NET_GDR_LEVEL=%s)",
+       comm->rank, comm->peers[comm->rank].busid, n->name[0] ? n->name : "(unnamed)", n->port,
+       weft_topo_path_name(path), gdr ? "allowed" : "not allowed",
+       weft_topo_path_name(t->policy.gdr_level));
+  return ncclSuccess;
+}
+
 ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
   const struct weft_topo *t = NULL;
   ncclResult_t res = ncclSuccess;
@@ -299,6 +323,7 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
   comm->gpu_path = weft_comm_gpu_path(comm, t, gpus);
+  WEFT_CHECK_GOTO(choose_nic(comm, t, gpus[comm->rank]), res, out);
   comm->host_channels = weft_comm_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);
   /* A dump that cannot be written has been WARNed; like NCCL, init goes on. */

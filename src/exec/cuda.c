@@ -167,6 +167,8 @@ static ncclResult_t links_connect(struct ncclComm *comm, struct weft_cuda_engine
       .error = &e->flags->error,
       .abort = (const volatile uint32_t *)&e->flags->abort,
       .inbox = &inbox_fns,
+      .net_nic = comm->net_nic,
+      .net_nic_port = comm->net_nic_port,
   };
   size_t n = (size_t)comm->nranks * nch;
   struct weft_dev_link *tables = calloc(2 * n, sizeof(*tables));

@@ -84,3 +84,17 @@ ncclResult_t weft_net_get(const struct weft_net_ops **out) {
   *out = net_chosen;
   return ncclSuccess;
 }
+
+int weft_net_dev_by_name(const struct weft_net_ops *net, const char *name, int port) {
+  int ndev = 0;
+  if (name == NULL || name[0] == '\0' || net->devices(&ndev) != ncclSuccess) return -1;
+  for (int d = 0; d < ndev; d++) {
+    struct weft_net_props props;
+    memset(&props, 0, sizeof(props));
+    if (net->get_properties(d, &props) != ncclSuccess) continue;
+    if (strcmp(props.name, name) != 0) continue;
+    if (port > 0 && props.port > 0 && props.port != port) continue;
+    return d;
+  }
+  return -1;
+}

@@ -105,4 +105,10 @@ int weft_net_ib_mr_bounce(void *comm, int type, char *why_out, size_t why_len);
  * start, ncclInvalidArgument when NCCL_NET names no network. */
 ncclResult_t weft_net_get(const struct weft_net_ops **out);
 
+/* The device of net named name (as its properties name it: "mlx5_0",
+ * "eth0") and, where port > 0 and the device has ports, on that port; -1
+ * when net has none. How the topology's NIC nearest a GPU becomes the
+ * device its rank's links use. */
+int weft_net_dev_by_name(const struct weft_net_ops *net, const char *name, int port);
+
 #endif

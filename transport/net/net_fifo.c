@@ -22,8 +22,8 @@ size_t weft_net_fifo_bytes(int nslots, size_t slot_bytes) {
   return slots_off(nslots) + (size_t)nslots * slot_bytes;
 }
 
-ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int is_send, int peer, int channel,
-                                int nslots, size_t slot_bytes, void *mem, void *handle,
+ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_send, int peer,
+                                int channel, int nslots, size_t slot_bytes, void *mem, void *handle,
                                 struct weft_net_fifo *out) {
   if (nslots < 1 || nslots > WEFT_NET_FIFO_MAX_SLOTS || slot_bytes == 0 ||
       slot_bytes > UINT32_MAX) {
@@ -39,13 +39,14 @@ ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int is_send, int
   f.nslots = nslots;
   f.slot_bytes = slot_bytes;
   f.net = net;
+  f.dev = dev;
   memset(mem, 0, slots_off(nslots));
   f.head = (uint64_t *)mem;
   f.tail = (uint64_t *)((char *)mem + FIFO_TAIL_OFF);
   f.sizes = (uint32_t *)((char *)mem + FIFO_SIZES_OFF);
   f.slots = (char *)mem + slots_off(nslots);
   if (!is_send) {
-    ncclResult_t res = net->listen(0, handle, &f.listen);
+    ncclResult_t res = net->listen(dev, handle, &f.listen);
     if (res != ncclSuccess) {
       WARN("net link from rank %d (channel %d): listening failed", peer, channel);
       return res;
@@ -59,7 +60,8 @@ ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, 
   ncclResult_t res = ncclSuccess;
   *done_out = 0;
   if (f->comm == NULL) {
-    res = f->is_send ? f->net->connect(0, handle, &f->comm) : f->net->accept(f->listen, &f->comm);
+    res = f->is_send ? f->net->connect(f->dev, handle, &f->comm)
+                     : f->net->accept(f->listen, &f->comm);
     if (res != ncclSuccess) {
       WARN("net link %s rank %d (channel %d): %s failed", f->is_send ? "to" : "from", f->peer,
            f->channel, f->is_send ? "connect" : "accept");

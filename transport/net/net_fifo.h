@@ -41,6 +41,7 @@ struct weft_net_fifo {
   char *slots;
   /* The network's side: */
   const struct weft_net_ops *net;
+  int dev;      /* the network's device it listens and connects on */
   void *listen; /* receive side, until accepted */
   void *comm;   /* send or recv comm once connected */
   void *mh;     /* the slots' registration */
@@ -52,8 +53,8 @@ struct weft_net_fifo {
 /* Lays a FIFO out over mem (weft_net_fifo_bytes of them, zeroed here) and
  * for receive sides starts listening: handle (WEFT_NET_HANDLE_BYTES) is
  * what the sending peer connects to. */
-ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int is_send, int peer, int channel,
-                                int nslots, size_t slot_bytes, void *mem, void *handle,
+ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_send, int peer,
+                                int channel, int nslots, size_t slot_bytes, void *mem, void *handle,
                                 struct weft_net_fifo *out);
 /* One step of connecting (send: to the peer's handle; recv: accepting);
  * *done_out set once connected and the slots registered. Never blocks. */

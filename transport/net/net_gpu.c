@@ -16,6 +16,7 @@ struct net_gpu {
   int rank, nranks, nchannels, nslots;
   size_t slot_bytes, fifo_bytes;
   const struct weft_net_ops *net;
+  int dev;                     /* the network's device every link uses */
   struct weft_net_fifo *fifos; /* [fifo_index]; used for net peers only */
   unsigned char *net_peer;
   char *mem; /* pinned: every net link's FIFO, one after another */
@@ -47,7 +48,7 @@ static ncclResult_t fifos_open(struct net_gpu *n, char *mine) {
     for (int ch = 0; ch < n->nchannels; ch++) {
       for (int s = 0; s < 2; s++) {
         char *handle = mine + ((size_t)p * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
-        WEFT_CHECK(weft_net_fifo_open(n->net, s, p, ch, n->nslots, n->slot_bytes, mem,
+        WEFT_CHECK(weft_net_fifo_open(n->net, n->dev, s, p, ch, n->nslots, n->slot_bytes, mem,
                                       s ? NULL : handle, &n->fifos[fifo_index(n, p, ch, s)]));
         mem += n->fifo_bytes;
       }
@@ -136,6 +137,22 @@ static void net_gpu_free(void *state, int abort) {
   free(n);
 }
 
+/* The device the links use: the one named like the NIC nearest the GPU
+ * (the topology's choice, setup.net_nic), else device 0. */
+static int net_dev_of(const struct weft_net_ops *net, const struct weft_gpu_setup *s) {
+  if (s->net_nic == NULL || s->net_nic[0] == '\0') return 0;
+  int dev = weft_net_dev_by_name(net, s->net_nic, s->net_nic_port);
+  if (dev >= 0)
+    INFO(WEFT_INIT | WEFT_NET, "rank %d: net links on NET/%s device %d (%s, the GPU's nearest NIC)",
+         s->rank, net->name, dev, s->net_nic);
+  else
+    INFO(WEFT_INIT | WEFT_NET,
+         "rank %d: net links on NET/%s device 0: the GPU's nearest NIC, %s, is not one of its "
+         "devices",
+         s->rank, net->name, s->net_nic);
+  return dev >= 0 ? dev : 0;
+}
+
 /* The state, the network and the pinned memory for nnet peers. */
 static ncclResult_t net_gpu_alloc(const struct weft_gpu_setup *s, const unsigned char *peers,
                                   size_t nnet, struct net_gpu **out) {
@@ -159,6 +176,7 @@ static ncclResult_t net_gpu_alloc(const struct weft_gpu_setup *s, const unsigned
   *out = n;
   ncclResult_t res = weft_net_get(&n->net);
   if (res != ncclSuccess) return res;
+  n->dev = net_dev_of(n->net, s);
   cudaError_t err =
       cudaHostAlloc((void **)&n->mem, nnet * n->nchannels * 2 * n->fifo_bytes, cudaHostAllocMapped);
   if (err != cudaSuccess) {
