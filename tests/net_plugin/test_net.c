@@ -18,6 +18,11 @@
 
 #include "tests/net_plugin/tn.h"
 
+#ifndef TESTNET_VERSION
+#error "TESTNET_VERSION (8..11) picks the ABI version"
+#endif
+const int tn_version = TESTNET_VERSION;
+
 #define TN_EXPORT __attribute__((visibility("default")))
 
 ncclDebugLogger_t tn_log;

@@ -116,7 +116,7 @@ static int tn_ctrl_req(struct tn_comm *c, struct tn_req *r) {
   int rc = tn_ctrl_read(c, (char *)&r->header, sizeof(r->header), &r->header_done);
   if (rc != 1) return rc;
   if (r->header > r->size) {
-    TN_WARN("TestNet v%d: a %llu-byte message for a %zu-byte receive", TESTNET_VERSION,
+    TN_WARN("TestNet v%d: a %llu-byte message for a %zu-byte receive", tn_version,
             (unsigned long long)r->header, r->size);
     atomic_store(&c->err, ncclRemoteError); /* said; the caller adds nothing */
     return -1;
@@ -137,7 +137,7 @@ static ncclResult_t tn_ctrl_progress(struct tn_comm *c) {
       int expected = ncclSuccess;
       if (atomic_compare_exchange_strong(&c->err, &expected, ncclRemoteError))
         TN_WARN("TestNet v%d: the control socket of a %s comm failed or was closed by the peer",
-                TESTNET_VERSION, c->is_send ? "send" : "recv");
+                tn_version, c->is_send ? "send" : "recv");
       return ncclRemoteError;
     }
     if (rc == 0) return ncclSuccess;
@@ -208,7 +208,7 @@ ncclResult_t tn_close(void *comm) {
     tn_log(NCCL_LOG_INFO, 16 /* NET */, __FILE__, __LINE__,
            "TestNet v%d: send comm closed after %llu bytes in %llu messages (data sockets: %d, "
            "bytes on each: %s)",
-           TESTNET_VERSION, c->bytes, c->messages, c->nsocks, c->nsocks ? socks : "-");
+           tn_version, c->bytes, c->messages, c->nsocks, c->nsocks ? socks : "-");
   }
   close(c->ctrl_fd);
   for (int i = 0; i < c->nsocks; i++) close(c->socks[i].fd);

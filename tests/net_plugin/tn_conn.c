@@ -89,7 +89,7 @@ ncclResult_t tn_connect(const void *handle, void **send_comm) {
     while (i > 0) close(fds[--i]);
     /* Not listening yet: the caller tries again. */
     if (hello.index == 0 && (e == ECONNREFUSED || e == EAGAIN)) return ncclSuccess;
-    TN_WARN("TestNet v%d: opening socket %u of %d to the listener failed: %s", TESTNET_VERSION,
+    TN_WARN("TestNet v%d: opening socket %u of %d to the listener failed: %s", tn_version,
             hello.index, tn_nsocks + 1, strerror(e));
     return ncclSystemError;
   }

@@ -21,7 +21,7 @@ static void tn_wake(int fd) {
 static void tn_fail(struct tn_comm *c, struct tn_sock *sk, const char *why) {
   int expected = ncclSuccess;
   if (atomic_compare_exchange_strong(&c->err, &expected, ncclRemoteError))
-    TN_WARN("TestNet v%d: data socket %d of a %s comm: %s", TESTNET_VERSION, (int)(sk - c->socks),
+    TN_WARN("TestNet v%d: data socket %d of a %s comm: %s", tn_version, (int)(sk - c->socks),
             c->is_send ? "send" : "recv", why);
 }
 
@@ -106,11 +106,11 @@ ncclResult_t tn_threads_start(struct tn_comm *c) {
     sk->comm = c;
     sk->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (sk->wake_fd < 0) {
-      TN_WARN("TestNet v%d: eventfd for helper thread %d failed", TESTNET_VERSION, i);
+      TN_WARN("TestNet v%d: eventfd for helper thread %d failed", tn_version, i);
       return ncclSystemError;
     }
     if (pthread_create(&sk->tid, NULL, tn_thread_main, sk) != 0) {
-      TN_WARN("TestNet v%d: starting helper thread %d of %d failed", TESTNET_VERSION, i, c->nsocks);
+      TN_WARN("TestNet v%d: starting helper thread %d of %d failed", tn_version, i, c->nsocks);
       return ncclSystemError;
     }
     sk->started = 1;
