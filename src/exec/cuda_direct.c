@@ -126,12 +126,16 @@ int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
   return d == NULL ? 0 : d->sys ? 2 : 1;
 }
 
-/* CTAs for a rank moving `bytes`: one per WEFT_DIRECT_CTA_BYTES, within
- * the lanes every rank of the GPU can run at once. */
-static int direct_ctas(const struct ncclComm *comm, size_t bytes) {
-  size_t ctas = bytes / (size_t)weft_param_int(WEFT_PARAM_DIRECT_CTA_BYTES) + 1;
+/* ctas, within the lanes every rank of the GPU can run at once (at least
+ * one). */
+static int ctas_fit(const struct ncclComm *comm, size_t ctas) {
   int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
   return nctas < 1 ? 1 : nctas;
+}
+
+/* CTAs for a rank moving `bytes`: one per WEFT_DIRECT_CTA_BYTES. */
+static int direct_ctas(const struct ncclComm *comm, size_t bytes) {
+  return ctas_fit(comm, bytes / (size_t)weft_param_int(WEFT_PARAM_DIRECT_CTA_BYTES) + 1);
 }
 
 ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
@@ -153,10 +157,8 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
   if ((int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
     /* A line (8 bytes of a sender) a thread: the waits overlap. */
     size_t lines = (coll->func == WEFT_FUNC_ALLGATHER ? (size_t)comm->nranks : 1) * (slot + 7) / 8;
-    size_t ctas = (lines + DIRECT_LL_THREADS - 1) / DIRECT_LL_THREADS;
-    int nctas = ctas > (size_t)comm->cuda_max_lanes ? comm->cuda_max_lanes : (int)ctas;
-    return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas < 1 ? 1 : nctas,
-                                     (cudaStream_t)stream);
+    int nctas = ctas_fit(comm, (lines + DIRECT_LL_THREADS - 1) / DIRECT_LL_THREADS);
+    return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas, (cudaStream_t)stream);
   }
   /* The bytes this rank moves: its share of the call. */
   size_t bytes = weft_engine_op_bytes(coll);
