@@ -41,12 +41,6 @@ struct direct_p2p_args {
   struct weft_dev_direct_p2p ops;
 };
 
-__device__ void p2p_size_error(const exec_args &x, int peer) {
-  atomicCAS((unsigned long long *)x.conns.error, 0ull,
-            (unsigned long long)WEFT_DEV_ERROR_WORD(WEFT_DEV_ERR_P2P_SIZE, x.conns.rank, peer));
-  __threadfence_system();
-}
-
 /* The CTAs' copy of n bytes, 16 bytes at a time where both ends allow. */
 __device__ void p2p_copy(char *dst, const char *src, size_t n) {
   const char *in[1] = {src};
@@ -167,7 +161,7 @@ __device__ int p2p_send(const direct_p2p_args &a, int p, int round, uint64_t *la
   }
   const size_t n = a.ops.send_bytes[p];
   if (n != post->room) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) p2p_size_error(a.x, p);
+    if (blockIdx.x == 0 && threadIdx.x == 0) error_word_set(a.x, WEFT_DEV_ERR_P2P_SIZE, p);
   } else if (n > 0 && kind == SEND_SWAP) {
     p2p_swap((char *)a.ops.send_buf[p], post->dst, n);
   } else if (n > 0 && kind != SEND_SKIP) {
@@ -187,7 +181,7 @@ __device__ void p2p_finish(const direct_p2p_args &a) {
     const uint64_t e = me->recv_seq[q] + 1;
     if (!direct_wait(a.x, &peer->sent[a.rank].seq, a.sys, e, WEFT_DEV_WAIT_PEER_DONE, q)) return;
     if (*(volatile const size_t *)&peer->sent[a.rank].bytes != a.ops.recv_bytes[q])
-      p2p_size_error(a.x, q);
+      error_word_set(a.x, WEFT_DEV_ERR_P2P_SIZE, q);
   }
   /* Only now: every CTA read the counts at its start. */
   for (int p = 0; p < n; p++) {

@@ -45,15 +45,6 @@ __device__ __forceinline__ char *p2p_buf(const p2p_args &a, unsigned idx, size_t
   return base + off;
 }
 
-/* Marks this rank failed for `reason` with peer `peer`, unless something
- * failed first (as wait_check marks a timeout); every wait of the rank
- * sees the word and stops. */
-__device__ void p2p_fail(const p2p_args &a, int reason, int peer) {
-  atomicCAS((unsigned long long *)a.x.conns.error, 0ull,
-            (unsigned long long)WEFT_DEV_ERROR_WORD(reason, a.x.conns.rank, peer));
-  __threadfence_system();
-}
-
 /* The send half: header, then the data, slot by slot. */
 __device__ int p2p_send(const p2p_args &a, const weft_dev_lane &l, const weft_step &s, int t,
                         int *stop) {
@@ -105,8 +96,9 @@ __device__ int p2p_recv(const p2p_args &a, const weft_dev_lane &l, const weft_st
       const size_t sent = (size_t)(h & P2P_BYTES_MASK);
       if ((h >> 48) != P2P_MAGIC || sent != s.recv_bytes) {
         if (t == 0) {
-          p2p_fail(a, (h >> 48) != P2P_MAGIC ? WEFT_DEV_ERR_P2P_STEP : WEFT_DEV_ERR_P2P_SIZE,
-                   s.recv_peer);
+          error_word_set(a.x,
+                         (h >> 48) != P2P_MAGIC ? WEFT_DEV_ERR_P2P_STEP : WEFT_DEV_ERR_P2P_SIZE,
+                         s.recv_peer);
           stop_set(stop);
         }
         return 0;

@@ -124,6 +124,15 @@ struct wait_site {
   uint64_t pos;
 };
 
+/* Marks this rank failed for `reason` (enum weft_dev_error) with peer
+ * `peer`, unless something failed first; every wait of the rank sees the
+ * word and stops, and the host reads it without waiting. */
+__device__ inline void error_word_set(const exec_args &x, int reason, int peer) {
+  atomicCAS((unsigned long long *)x.conns.error, 0ull,
+            (unsigned long long)WEFT_DEV_ERROR_WORD(reason, x.conns.rank, peer));
+  __threadfence_system();
+}
+
 /* A timed-out wait: the first one of the rank describes itself in
  * conns.diag (before the error word, which the host reads first), then
  * the error word names the rank and the peer. */
@@ -139,9 +148,7 @@ __device__ inline void wait_report(const exec_args &x, const wait_site &w, uint6
     d->seen = seen;
     __threadfence_system();
   }
-  atomicCAS((unsigned long long *)x.conns.error, 0ull,
-            (unsigned long long)WEFT_DEV_ERROR_WORD(WEFT_DEV_ERR_TIMEOUT, x.conns.rank, w.peer));
-  __threadfence_system();
+  error_word_set(x, WEFT_DEV_ERR_TIMEOUT, w.peer);
 }
 
 /* Called now and then by a spinning thread: 0 once the run must stop (an
