@@ -98,21 +98,14 @@ __device__ void nway_any(int dt, int op, const char *const *in, int nin, char *c
       nway<uint32_t, OP_COPY>(in, 1, out, nout, bytes / 4, 0);
     return;
   }
+  /* clang-format off */
   switch (dt) {
-    case ncclInt8: nway_op<int8_t>(op, in, nin, out, nout, bytes, div); break;
-    case ncclUint8: nway_op<uint8_t>(op, in, nin, out, nout, bytes, div); break;
-    case ncclInt32: nway_op<int32_t>(op, in, nin, out, nout, bytes / 4, div); break;
-    case ncclUint32: nway_op<uint32_t>(op, in, nin, out, nout, bytes / 4, div); break;
-    case ncclInt64: nway_op<int64_t>(op, in, nin, out, nout, bytes / 8, div); break;
-    case ncclUint64: nway_op<uint64_t>(op, in, nin, out, nout, bytes / 8, div); break;
-    case ncclFloat16: nway_op<__half>(op, in, nin, out, nout, bytes / 2, div); break;
-    case ncclFloat32: nway_op<float>(op, in, nin, out, nout, bytes / 4, div); break;
-    case ncclFloat64: nway_op<double>(op, in, nin, out, nout, bytes / 8, div); break;
-    case ncclBfloat16: nway_op<__nv_bfloat16>(op, in, nin, out, nout, bytes / 2, div); break;
-    case ncclFloat8e4m3: nway_op<__nv_fp8_e4m3>(op, in, nin, out, nout, bytes, div); break;
-    case ncclFloat8e5m2: nway_op<__nv_fp8_e5m2>(op, in, nin, out, nout, bytes, div); break;
+#define CASE(e, T) case e: nway_op<T>(op, in, nin, out, nout, bytes / sizeof(T), div); break;
+    DIRECT_DTYPES(CASE)
+#undef CASE
     default: break; /* refused at launch */
   }
+  /* clang-format on */
 }
 
 __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_args a) {

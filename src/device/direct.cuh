@@ -55,6 +55,15 @@ struct weft_dev_board {
   alignas(128) uint64_t ll_done; /* the last LL call the rank finished reading */
 };
 
+/* Every datatype the direct kernels reduce, as X(NCCL's enum, element
+ * type): one list for their dispatch switches. */
+#define DIRECT_DTYPES(X)                                                                          \
+  X(ncclInt8, int8_t)                                                                             \
+  X(ncclUint8, uint8_t) X(ncclInt32, int32_t) X(ncclUint32, uint32_t) X(ncclInt64, int64_t)       \
+      X(ncclUint64, uint64_t) X(ncclFloat16, __half) X(ncclFloat32, float) X(ncclFloat64, double) \
+          X(ncclBfloat16, __nv_bfloat16) X(ncclFloat8e4m3, __nv_fp8_e4m3)                         \
+              X(ncclFloat8e5m2, __nv_fp8_e5m2)
+
 /* What a direct collective's kernel gets (direct.cu, direct_ll.cu add
  * their own fields). */
 struct direct_call {

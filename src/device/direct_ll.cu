@@ -74,32 +74,24 @@ __device__ __forceinline__ int ll_take(const direct_ll_args &a, const uint4 *lin
 
 /* red8 and div8 for datatype dt, called: the reduction loop below is
  * compiled once, not once per datatype (docs/CUDA.md, "Build time"). */
-#define DT_CASES(F)                               \
-  switch (dt) {                                   \
-    case ncclInt8: return F(int8_t);              \
-    case ncclUint8: return F(uint8_t);            \
-    case ncclInt32: return F(int32_t);            \
-    case ncclUint32: return F(uint32_t);          \
-    case ncclInt64: return F(int64_t);            \
-    case ncclUint64: return F(uint64_t);          \
-    case ncclFloat16: return F(__half);           \
-    case ncclFloat32: return F(float);            \
-    case ncclFloat64: return F(double);           \
-    case ncclBfloat16: return F(__nv_bfloat16);   \
-    case ncclFloat8e4m3: return F(__nv_fp8_e4m3); \
-    case ncclFloat8e5m2: return F(__nv_fp8_e5m2); \
-    default: return a; /* refused at launch */    \
+/* clang-format off */
+__device__ __noinline__ uint64_t red8_any(int dt, int op, uint64_t a, uint64_t b) {
+  switch (dt) {
+#define CASE(e, T) case e: return red8<T>(op, a, b);
+    DIRECT_DTYPES(CASE)
+#undef CASE
+    default: return a; /* refused at launch */
   }
-__device__ __noinline__ uint64_t red8_any(int dt, int op, uint64_t a, uint64_t b){
-#define RED8(T) red8<T>(op, a, b)
-    DT_CASES(RED8)
-#undef RED8
-} __device__ __noinline__ uint64_t div8_any(int dt, uint64_t a, int n) {
-#define DIV8(T) div8<T>(a, n)
-  DT_CASES(DIV8)
-#undef DIV8
 }
-#undef DT_CASES
+__device__ __noinline__ uint64_t div8_any(int dt, uint64_t a, int n) {
+  switch (dt) {
+#define CASE(e, T) case e: return div8<T>(a, n);
+    DIRECT_DTYPES(CASE)
+#undef CASE
+    default: return a;
+  }
+}
+/* clang-format on */
 
 /* Step 2 of a reduction: line k of every sender, in rank order. */
 __device__ int ll_reduce(const direct_ll_args &a, uint64_t e, size_t g, size_t G, size_t nlines,
