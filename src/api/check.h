@@ -21,6 +21,14 @@ ncclResult_t weft_check_buffer(const char *caller, const char *name, const void 
 ncclResult_t weft_check_comm_buffer(const struct ncclComm *comm, const char *caller,
                                     const char *name, const void *p, size_t count,
                                     ncclDataType_t datatype, int nblocks);
+/* The same for a call's second buffer once its first (checked) passed:
+ * in place (p == checked) only the extent is checked, the GPU is not asked
+ * about the same address twice (it costs an in-place call on one rank,
+ * which launches nothing, a fifth of its time). */
+ncclResult_t weft_check_comm_buffer_after(const struct ncclComm *comm, const char *caller,
+                                          const char *name, const void *p, size_t count,
+                                          ncclDataType_t datatype, int nblocks,
+                                          const void *checked);
 /* Ranks that take device buffers: stream must belong to the rank's GPU
  * (NULL, cudaStreamLegacy and cudaStreamPerThread always do). Host ranks
  * ignore the stream. Needs CUDA 12.8 (cudaStreamGetDevice); older builds

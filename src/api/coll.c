@@ -44,7 +44,8 @@ WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_redop_check(comm, caller, datatype, op, &use));
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, count, datatype, 1,
+                                          sendbuff));
   struct weft_coll coll = {WEFT_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
   return coll_submit(comm, &coll, &use, stream);
 }
@@ -60,8 +61,8 @@ WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(check_total(caller, "sendcount", sendcount, comm, &total));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, sendcount, datatype, 1));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (sendcount * nranks elements)",
-                                    recvbuff, total, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff (sendcount * nranks elements)",
+                                          recvbuff, total, datatype, 1, sendbuff));
   struct weft_coll coll = {
       WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
   return coll_submit(comm, &coll, NULL, stream);
@@ -81,7 +82,8 @@ WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
   WEFT_CHECK(check_total(caller, "recvcount", recvcount, comm, &total));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (recvcount * nranks elements)",
                                     sendbuff, total, datatype, 1));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, recvcount, datatype, 1));
+  WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, recvcount, datatype,
+                                          1, sendbuff));
   struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
   return coll_submit(comm, &coll, &use, stream);
 }
@@ -99,8 +101,8 @@ WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff (at the root)", sendbuff, count,
-                                      datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "sendbuff (at the root)", sendbuff, count,
+                                            datatype, 1, recvbuff));
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root};
   return coll_submit(comm, &coll, NULL, stream);
 }
@@ -134,8 +136,8 @@ WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t co
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
   if (comm->rank == root)
-    WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff (at the root)", recvbuff, count,
-                                      datatype, 1));
+    WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff (at the root)", recvbuff, count,
+                                            datatype, 1, sendbuff));
   struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
   return coll_submit(comm, &coll, &use, stream);
 }

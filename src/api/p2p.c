@@ -79,7 +79,8 @@ WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t 
   WEFT_CHECK(weft_dtype_check(caller, datatype));
   int n = comm->nranks;
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, n));
-  WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, n));
+  WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, count, datatype, n,
+                                          sendbuff));
   WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
