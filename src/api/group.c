@@ -81,6 +81,16 @@ static ncclResult_t finish_inits(void) {
   return res;
 }
 
+static void op_fill(struct weft_engine_op *op, const struct weft_coll *coll,
+                    const struct weft_redop_use *use, void *stream) {
+  op->coll = *coll;
+  op->stream = stream;
+  if (use != NULL)
+    op->redop = *use;
+  else
+    memset(&op->redop, 0, sizeof(op->redop));
+}
+
 static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll,
                               const struct weft_redop_use *use, void *stream) {
   if (ntasks == cap_tasks) {
@@ -95,12 +105,7 @@ static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *col
   }
   struct group_task *t = &tasks[ntasks++];
   t->comm = comm;
-  t->op.coll = *coll;
-  t->op.stream = stream;
-  if (use != NULL)
-    t->op.redop = *use;
-  else
-    memset(&t->op.redop, 0, sizeof(t->op.redop));
+  op_fill(&t->op, coll, use, stream);
   return ncclSuccess;
 }
 
@@ -169,6 +174,16 @@ ncclResult_t weft_group_add(struct ncclComm *comm, const struct weft_coll *coll,
 
 ncclResult_t weft_group_add_on(struct ncclComm *comm, const struct weft_coll *coll,
                                const struct weft_redop_use *use, void *stream) {
+  if (group_depth == 0 && ntasks == 0) {
+    /* A call outside any group: its one operation goes to the engine from
+     * here, as launch_tasks would hand it over, without the task list's
+     * two allocations (a third of a one-rank call on host ranks). */
+    struct weft_engine_op op;
+    op_fill(&op, coll, use, stream);
+    ncclResult_t res = comm->engine->enqueue(comm, &op, 1);
+    ncclResult_t r = comm->engine->group_wait(comm);
+    return res != ncclSuccess ? res : r;
+  }
   WEFT_CHECK(push_task(comm, coll, use, stream));
   if (group_depth > 0) return ncclSuccess;
   return launch_tasks();

@@ -30,7 +30,10 @@
 
 /* The largest message: the host engine's reduce pieces (256 KiB) are then
  * received in place, and a step (512 KiB) is two messages in flight. */
-#define MSG_MAX (256 * 1024)
+#ifndef WEFT_NET_MSG_MAX
+#define WEFT_NET_MSG_MAX (256 * 1024)
+#endif
+#define MSG_MAX WEFT_NET_MSG_MAX
 /* Messages in flight per send conn, and receives per recv conn (a
  * receive is posted once the previous one's size is known, so the next
  * header is read while the chunks before it still move). */
