@@ -88,9 +88,9 @@ static int gdr_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 
 struct gdr_case {
   const char *name;
-  const char *level;     /* NCCL_NET_GDR_LEVEL, NULL: unset */
-  const char *gdr_read;  /* NCCL_NET_GDR_READ, NULL: unset */
-  const char *recv_mem;  /* "device" or "host" */
+  const char *level;    /* NCCL_NET_GDR_LEVEL, NULL: unset */
+  const char *gdr_read; /* NCCL_NET_GDR_READ, NULL: unset */
+  const char *recv_mem; /* "device" or "host" */
   const char *send_mem;
 };
 
@@ -138,8 +138,10 @@ static int logs_check(const struct gdr_case *c, const char *logs) {
   long long flushes = flushes_logged(logs);
   int device_recv = strcmp(c->recv_mem, "device") == 0;
   if (flushes < 0 || (device_recv ? flushes == 0 : flushes != 0)) {
-    fprintf(stderr, "FAIL %s: TestNet's recv comms logged %lld flushes of device memory "
-            "(-1: none reported); expected %s\n", c->name, flushes, device_recv ? "> 0" : "0");
+    fprintf(stderr,
+            "FAIL %s: TestNet's recv comms logged %lld flushes of device memory "
+            "(-1: none reported); expected %s\n",
+            c->name, flushes, device_recv ? "> 0" : "0");
     bad = 1;
   }
   return bad;
@@ -171,10 +173,17 @@ START_TEST(test_case) {
   snprintf(gdr_read, sizeof gdr_read, c->gdr_read ? "NCCL_NET_GDR_READ=%s" : "NCCL_NET_GDR_READ",
            c->gdr_read ? c->gdr_read : "");
   char *argv[] = {"test_gpu_gdr", "--worker", (char *)c->name, NULL};
-  const char *env[] = {"WEFT_DEVICE",     "WEFT_CUDA_ENGINE=1", "WEFT_NET_GPU=1",
-                       "NCCL_HOSTID",     "NCCL_NET=TestNet",   "TESTNET_CUDA_PTRS=1",
-                       "NCCL_TOPO_FILE",  plugin,               level,
-                       gdr_read,          NULL};
+  const char *env[] = {"WEFT_DEVICE",
+                       "WEFT_CUDA_ENGINE=1",
+                       "WEFT_NET_GPU=1",
+                       "NCCL_HOSTID",
+                       "NCCL_NET=TestNet",
+                       "TESTNET_CUDA_PTRS=1",
+                       "NCCL_TOPO_FILE",
+                       plugin,
+                       level,
+                       gdr_read,
+                       NULL};
   char why[3000];
   int rc = gpu_worker(argv, env, RUN_TIMEOUT_S + 30, why, sizeof why);
   ck_assert_msg(rc == 0, "case %s failed: %s", c->name, why);
