@@ -1,6 +1,6 @@
-/* The NIC each GPU uses and whether GPUDirect RDMA reaches it: the
- * decisions net/ib takes from the topology (issue 17). Pure functions of
- * the graph, its paths and its policy. */
+/* The NIC each GPU (and each host rank) uses and whether GPUDirect RDMA
+ * reaches it: the decisions the networks take from the topology (issue
+ * 17). Pure functions of the graph, its paths and its policy. */
 #include <stdlib.h>
 
 #include "base/check.h"
@@ -95,5 +95,49 @@ ncclResult_t weft_topo_gpu_nic_gdr(const struct weft_topo *topo, int gpu, int ni
    * does; -1 (not said) leaves it to the distance. */
   int off = topo->nodes[topo->gpus[gpu]].gdr == 0 || topo->nodes[topo->nics[nic]].gdr == 0;
   *allowed_out = !off && weft_topo_gdr_allowed(p->type, topo->policy.gdr_level);
+  return ncclSuccess;
+}
+
+int weft_topo_unplaced_nic_gdr(const struct weft_topo *topo, int gpu) {
+  /* NCCL places such a device by the plugin's PCI path; weft assumes the
+   * worst path one host has, so only a level the user raised to SYS lets
+   * GPUDirect RDMA reach a device whose distance nobody knows. */
+  if (gpu >= 0 && gpu < topo->ngpus && topo->nodes[topo->gpus[gpu]].gdr == 0) return 0;
+  return weft_topo_gdr_allowed(WEFT_PATH_SYS, topo->policy.gdr_level);
+}
+
+/* NIC k's NUMA node id, -1 when it hangs under no CPU. */
+static int nic_numa(const struct weft_topo *topo, int k) {
+  int cpu = weft_topo_node_cpu(topo, topo->nics[k]);
+  return cpu >= 0 ? topo->nodes[cpu].numaid : -1;
+}
+
+ncclResult_t weft_topo_cpu_nic(const struct weft_topo *topo, int numaid, int spread, int *nic_out,
+                               int *local_out) {
+  int numbered = 0, local = 0;
+  *nic_out = -1;
+  *local_out = 0;
+  for (int k = 0; k < topo->nnics; k++) numbered |= topo->nodes[topo->nics[k]].net_dev >= 0;
+  for (int k = 0; k < topo->nnics; k++)
+    local |= candidate(topo, k, numbered) && numaid >= 0 && nic_numa(topo, k) == numaid;
+  /* The fastest NIC of the rank's NUMA node (of any node where it has
+   * none), and among equals the spread-th, so host ranks of one node
+   * share its NICs out. */
+  int best_speed = -1, ties = 0;
+  for (int k = 0; k < topo->nnics; k++) {
+    if (!candidate(topo, k, numbered) || (local && nic_numa(topo, k) != numaid)) continue;
+    int speed = topo->nodes[topo->nics[k]].speed;
+    if (speed > best_speed) best_speed = speed, ties = 0;
+    if (speed == best_speed) ties++;
+  }
+  if (ties == 0) return ncclSuccess;
+  int want = (spread < 0 ? 0 : spread) % ties;
+  for (int k = 0, seen = 0; k < topo->nnics; k++) {
+    if (!candidate(topo, k, numbered) || (local && nic_numa(topo, k) != numaid)) continue;
+    if (topo->nodes[topo->nics[k]].speed != best_speed || seen++ != want) continue;
+    *nic_out = k;
+    *local_out = local;
+    return ncclSuccess;
+  }
   return ncclSuccess;
 }

@@ -195,6 +195,18 @@ int weft_topo_gdr_allowed(enum weft_topo_path path, enum weft_topo_path level);
  * level; a GPU or NIC whose XML says gdr="0" never allows it. */
 ncclResult_t weft_topo_gpu_nic_gdr(const struct weft_topo *topo, int gpu, int nic,
                                    int *allowed_out);
+/* The same for a network device the topology cannot place (it has no NIC,
+ * or not that one): judged as the farthest path on one host, SYS, so only
+ * NCCL_NET_GDR_LEVEL=SYS allows it; never for a GPU whose XML says
+ * gdr="0" (gpu -1: a GPU the topology lacks). Pure. */
+int weft_topo_unplaced_nic_gdr(const struct weft_topo *topo, int gpu);
+/* The NIC a host rank on NUMA node numaid uses: the fastest of the NICs
+ * under that node's CPU (*local_out 1), else of all NICs (0); among equally
+ * fast ones the spread-th (modulo their count: the rank's index among the
+ * host's ranks), in NIC order. *nic_out -1 when the topology has no NIC.
+ * Where a network numbered its devices, only those count (as for GPUs). */
+ncclResult_t weft_topo_cpu_nic(const struct weft_topo *topo, int numaid, int spread, int *nic_out,
+                               int *local_out);
 
 /* Reports for weft-topo (report.c). */
 void weft_topo_print_matrix(const struct weft_topo *topo, FILE *out);

@@ -52,6 +52,15 @@ struct weft_gpu_setup {
    * name, else device 0. */
   const char *net_nic;
   int net_nic_port;
+  /* The topology's GPUDirect RDMA verdicts (NCCL_NET_GDR_LEVEL) and their
+   * reasons, for the log: for net_nic, and for a network device the
+   * topology cannot place (it has no NIC, or net_nic is not a device of
+   * the network). The net transport puts a link's slots in device memory
+   * only where the verdict allows it (transport/net/net_gdr.h). */
+  int net_nic_gdr;
+  const char *net_nic_gdr_why;
+  int net_unplaced_gdr;
+  const char *net_unplaced_gdr_why;
 };
 
 struct weft_gpu_transport_ops {

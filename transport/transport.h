@@ -30,6 +30,11 @@ struct weft_conn {
                       helper threads size them by the cores left */
   int link_threads; /* socket links: helper threads of one data socket each
                        (0: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD) */
+  /* Net links: the topology's NIC for this rank (its name, "" or NULL:
+   * none) and port (0: any); the network device of that name is used,
+   * else device 0. */
+  const char *net_nic;
+  int net_nic_port;
   /* The host engine's: which lane of which plan run uses the conn, so two
    * lanes never interleave their bytes on one FIFO. Transports ignore it. */
   uint64_t user_run;

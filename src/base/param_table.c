@@ -109,9 +109,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "queue pairs per net/ib connection; messages are split across them"),
     [WEFT_PARAM_NET_GDR_READ] =
         BOOL_ROW("NCCL_NET_GDR_READ", 1,
-                 "net/ib: 1 lets sends read device memory directly (GPUDirect RDMA); 0 refuses "
-                 "to register device memory for sending (reg_mr says it needs a host bounce "
-                 "buffer). NCCL's default depends on the platform (NVLink); weft's is 1"),
+                 "1 lets sends read device memory directly (GPUDirect RDMA); 0 keeps GPU ranks' "
+                 "net send slots in host memory and makes net/ib refuse to register device "
+                 "memory for sending (reg_mr says it needs a host bounce buffer). NCCL's "
+                 "default depends on the platform (NVLink); weft's is 1"),
     [WEFT_PARAM_COMM_ID] =
         STR_ROW("NCCL_COMM_ID", "(rank 0's address, a free port)",
                 "host:port of the bootstrap root (rank 0 serves it); a value that cannot be "
@@ -192,7 +193,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                                           "writes GPU memory where the GPU-NIC path type is at "
                                           "or below it (NCCL's old numbers: 0 LOC, 1 PIX, 2 PXB, "
                                           "3 PHB, 4 and 5 SYS; NVB and C2C read as NVL, PXN and "
-                                          "P2C as PXB)"},
+                                          "P2C as PXB); a net device the topology cannot place "
+                                          "counts as SYS. GPU ranks' net slots go in device "
+                                          "memory only where it allows (LOC: never)"},
     [WEFT_PARAM_TOPO_FILE] =
         STR_ROW("NCCL_TOPO_FILE", "(detect the topology)",
                 "NCCL topology XML to use instead of detecting; one that cannot be read is an "

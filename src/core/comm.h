@@ -102,11 +102,20 @@ struct ncclComm {
    * its name and port as the topology has them (net_nic[0] == '\0': none
    * known), the path type to it (enum weft_topo_path) and whether
    * GPUDirect RDMA is allowed over that path (NCCL_NET_GDR_LEVEL). The
-   * CUDA engine's net links use the network device of that name. */
+   * CUDA engine's net links use the network device of that name. For a
+   * host rank: the NIC nearest its CPU (NUMA node), used by its net
+   * links the same way. */
   char net_nic[64];
   int net_nic_port;
   int net_nic_path;
   int net_nic_gdr;
+  char net_nic_gdr_why[96];
+  /* GPU ranks: the GPUDirect RDMA verdict for a network device the
+   * topology cannot place (no NIC known, or not net_nic): judged as the
+   * farthest path on one host, SYS, so only NCCL_NET_GDR_LEVEL=SYS
+   * allows it. */
+  int net_unplaced_gdr;
+  char net_unplaced_gdr_why[96];
   /* staged: the staging memory and stream flags (exec/cuda_staged.c). */
   struct weft_cuda_staged *staged_state;
 

@@ -7,7 +7,10 @@
  * graph. Otherwise it is the rank order. */
 #include "core/comm_topo.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -284,10 +287,56 @@ static ncclResult_t topo_dump(const struct ncclComm *comm, const struct weft_top
   return weft_topo_dump_xml(t, path); /* which logs the write */
 }
 
+/* The NUMA node of the CPU this thread runs on (sysfs), -1 unknown. */
+static int cpu_numa_node(void) {
+  int cpu = sched_getcpu();
+  char path[64];
+  snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d", cpu);
+  DIR *d = cpu >= 0 ? opendir(path) : NULL;
+  if (d == NULL) return -1;
+  int node = -1;
+  for (struct dirent *e = readdir(d); e != NULL && node < 0; e = readdir(d))
+    if (strncmp(e->d_name, "node", 4) == 0 && isdigit((unsigned char)e->d_name[4]))
+      node = atoi(e->d_name + 4);
+  closedir(d);
+  return node;
+}
+
+/* A host rank's comm->net_nic: the NIC nearest its CPU (weft_topo_cpu_nic),
+ * spread over the ranks of its host; none (device 0) without a NIC. */
+static ncclResult_t choose_host_nic(struct ncclComm *comm, const struct weft_topo *t) {
+  int numa = cpu_numa_node(), nic = -1, local = 0, spread = 0;
+  for (int r = 0; r < comm->rank; r++)
+    spread += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  WEFT_CHECK(weft_topo_cpu_nic(t, numa, spread, &nic, &local));
+  if (nic < 0) {
+    INFO(WEFT_INIT | WEFT_NET, "rank %d: host rank: the topology knows no NIC; net device 0",
+         comm->rank);
+    return ncclSuccess;
+  }
+  const struct weft_topo_node *n = &t->nodes[t->nics[nic]];
+  snprintf(comm->net_nic, sizeof(comm->net_nic), "%s", n->name);
+  comm->net_nic_port = n->port;
+  INFO(WEFT_INIT | WEFT_NET, "rank %d: host rank on NUMA node %d: NIC %s port %d (%s)", comm->rank,
+       numa, n->name[0] ? n->name : "(unnamed)", n->port,
+       local ? "on its NUMA node" : "no NIC on its NUMA node: the fastest of any");
+  return ncclSuccess;
+}
+
 /* comm->net_nic*: the NIC nearest this rank's GPU (g: its topology GPU,
- * -1 none), logged with the path and the GPUDirect RDMA verdict. */
+ * -1 none), logged with the path and the GPUDirect RDMA verdict, and the
+ * verdict for a network device the topology cannot place; for a host rank
+ * the NIC nearest its CPU. */
 static ncclResult_t choose_nic(struct ncclComm *comm, const struct weft_topo *t, int g) {
   comm->net_nic[0] = '\0';
+  comm->net_nic_gdr = 0;
+  if (comm->peers[comm->rank].cuda_dev < 0) return choose_host_nic(comm, t);
+  const char *level = weft_topo_path_name(t->policy.gdr_level);
+  int gpu_off = g >= 0 && t->nodes[t->gpus[g]].gdr == 0;
+  comm->net_unplaced_gdr = weft_topo_unplaced_nic_gdr(t, g);
+  snprintf(comm->net_unplaced_gdr_why, sizeof(comm->net_unplaced_gdr_why),
+           "a device the topology cannot place counts as SYS, NCCL_NET_GDR_LEVEL=%s%s", level,
+           gpu_off ? ", the GPU says gdr=0" : "");
   if (g < 0 || t->nnics == 0) return ncclSuccess;
   int nic = -1, gdr = 0;
   enum weft_topo_path path;
@@ -299,12 +348,14 @@ static ncclResult_t choose_nic(struct ncclComm *comm, const struct weft_topo *t,
   comm->net_nic_port = n->port;
   comm->net_nic_path = (int)path;
   comm->net_nic_gdr = gdr;
+  snprintf(comm->net_nic_gdr_why, sizeof(comm->net_nic_gdr_why),
+           "GPU-NIC path %s, NCCL_NET_GDR_LEVEL=%s%s", weft_topo_path_name(path), level,
+           gpu_off || n->gdr == 0 ? ", the topology says gdr=0" : "");
   INFO(WEFT_INIT | WEFT_NET,
        "rank %d: GPU %s's nearest NIC is %s port %d (path %s); GPUDirect RDMA %s there "
        "(NCCL_NET_GDR_LEVEL=%s)",
        comm->rank, comm->peers[comm->rank].busid, n->name[0] ? n->name : "(unnamed)", n->port,
-       weft_topo_path_name(path), gdr ? "allowed" : "not allowed",
-       weft_topo_path_name(t->policy.gdr_level));
+       weft_topo_path_name(path), gdr ? "allowed" : "not allowed", level);
   return ncclSuccess;
 }
 

@@ -60,7 +60,9 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
                           .comm_hash = comm->comm_hash,
                           .abort_flag = &comm->abort_flag,
                           .local_ranks = local,
-                          .link_threads = weft_comm_host_link_threads(comm->host_channels)};
+                          .link_threads = weft_comm_host_link_threads(comm->host_channels),
+                          .net_nic = comm->net_nic,
+                          .net_nic_port = comm->net_nic_port};
   *out = c;
   return ncclSuccess;
 }

@@ -169,6 +169,10 @@ static ncclResult_t links_connect(struct ncclComm *comm, struct weft_cuda_engine
       .inbox = &inbox_fns,
       .net_nic = comm->net_nic,
       .net_nic_port = comm->net_nic_port,
+      .net_nic_gdr = comm->net_nic_gdr,
+      .net_nic_gdr_why = comm->net_nic_gdr_why,
+      .net_unplaced_gdr = comm->net_unplaced_gdr,
+      .net_unplaced_gdr_why = comm->net_unplaced_gdr_why,
   };
   size_t n = (size_t)comm->nranks * nch;
   struct weft_dev_link *tables = calloc(2 * n, sizeof(*tables));

@@ -12,7 +12,11 @@
  *
  * Environment: TESTNET_FAIL_INIT=1 makes init fail; TESTNET_NSOCKS (0..8,
  * default 2) is the data sockets, and helper threads, of each comm this
- * process connects (0: every message on the control socket, no thread). */
+ * process connects (0: every message on the control socket, no thread);
+ * TESTNET_CUDA_PTRS=1 (a build with CUDA only) adds NCCL_PTR_CUDA to
+ * ptrSupport: device regions are staged through pinned host copies
+ * (tn_cuda.c) and iflush on them is a request of its own, counted (a recv
+ * comm logs its count when it closes). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,13 +31,17 @@ const int tn_version = TESTNET_VERSION;
 
 ncclDebugLogger_t tn_log;
 int tn_nsocks = TN_DEFAULT_SOCKS;
+int tn_cuda_ptrs;
 
 /* A registration: isend and irecv refuse memory outside their mhandle's
- * region, as a verbs network would (it could not reach it). */
+ * region, as a verbs network would (it could not reach it). A device
+ * region has a pinned host copy (stage) that the bytes go through. */
 struct tn_mr {
   uint32_t magic;
   char *base;
   size_t size;
+  char *stage; /* NULL: host memory */
+  void *cuda;
 };
 
 static ncclResult_t tn_init(ncclDebugLogger_t log) {
@@ -51,6 +59,12 @@ static ncclResult_t tn_init(ncclDebugLogger_t log) {
     }
     tn_nsocks = (int)n;
   }
+  const char *cuda = getenv("TESTNET_CUDA_PTRS");
+  tn_cuda_ptrs = cuda != NULL && strcmp(cuda, "1") == 0 && tn_cuda_built();
+  if (cuda != NULL && strcmp(cuda, "1") == 0 && !tn_cuda_ptrs && log != NULL)
+    log(NCCL_LOG_INFO, 16 /* NET */, __FILE__, __LINE__,
+        "TestNet v%d: TESTNET_CUDA_PTRS=1, but built without CUDA: host memory only",
+        TESTNET_VERSION);
   return ncclSuccess;
 }
 
@@ -61,9 +75,17 @@ static ncclResult_t tn_devices(int *ndev) {
 
 static ncclResult_t tn_reg_mr(void *comm, void *data, size_t size, int type, void **mhandle) {
   (void)comm;
-  if (type != NET_PLUGIN_PTR_HOST) return ncclInternalError;
-  struct tn_mr *mr = malloc(sizeof(*mr));
+  int cuda = type == NET_PLUGIN_PTR_CUDA && tn_cuda_ptrs;
+  if (type != NET_PLUGIN_PTR_HOST && !cuda) return ncclInternalError;
+  struct tn_mr *mr = calloc(1, sizeof(*mr));
   if (mr == NULL) return ncclSystemError;
+  if (cuda) {
+    ncclResult_t res = tn_cuda_open(data, size, &mr->stage, &mr->cuda);
+    if (res != ncclSuccess) {
+      free(mr);
+      return res;
+    }
+  }
   mr->magic = TN_MAGIC;
   mr->base = data;
   mr->size = size;
@@ -76,6 +98,7 @@ static ncclResult_t tn_dereg_mr(void *comm, void *mhandle) {
   (void)comm;
   if (mr == NULL || mr->magic != TN_MAGIC) return ncclInternalError;
   mr->magic = 0;
+  tn_cuda_close(mr->cuda, mr->stage);
   free(mr);
   return ncclSuccess;
 }
@@ -99,7 +122,13 @@ static ncclResult_t tn_isend(void *send_comm, void *data, size_t size, int tag, 
   (void)tag;
   ncclResult_t res = tn_check_mr(mhandle, data, size);
   if (res != ncclSuccess) return res;
-  return tn_post(send_comm, data, size, request);
+  const struct tn_mr *mr = mhandle;
+  if (mr->stage == NULL) return tn_post(send_comm, data, size, request);
+  /* Device memory: its bytes go out from the host copy. */
+  char *host = mr->stage + ((char *)data - mr->base);
+  res = tn_cuda_copy(mr->cuda, host, data, size);
+  if (res != ncclSuccess) return res;
+  return tn_post(send_comm, host, size, request);
 }
 
 static ncclResult_t tn_irecv(void *recv_comm, int n, void **data, size_t size, void **mhandles,
@@ -107,28 +136,49 @@ static ncclResult_t tn_irecv(void *recv_comm, int n, void **data, size_t size, v
   if (n != 1) return ncclInternalError;
   ncclResult_t res = tn_check_mr(mhandles[0], data[0], size);
   if (res != ncclSuccess) return res;
-  return tn_post(recv_comm, data[0], size, request);
+  const struct tn_mr *mr = mhandles[0];
+  if (mr->stage == NULL) return tn_post(recv_comm, data[0], size, request);
+  /* Device memory: the bytes land in the host copy; test copies them. */
+  char *host = mr->stage + ((char *)data[0] - mr->base);
+  res = tn_post(recv_comm, host, size, request);
+  if (res == ncclSuccess && *request != NULL) {
+    struct tn_req *r = *request;
+    r->dev_dst = data[0];
+    r->cuda = mr->cuda;
+  }
+  return res;
 }
 
+/* Device memory: a request of its own (done at its first test: the copy
+ * to the device finished before the receive said done), counted; host
+ * memory needs none. */
 static ncclResult_t tn_iflush(void *recv_comm, int n, void **data, int *sizes, void **mhandles,
                               void **request) {
-  (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
+  struct tn_comm *c = recv_comm;
+  (void)data, (void)sizes;
   *request = NULL;
+  if (n != 1) return ncclInternalError;
+  const struct tn_mr *mr = mhandles[0];
+  if (mr == NULL || mr->magic != TN_MAGIC || mr->stage == NULL) return ncclSuccess;
+  c->flushes++;
+  c->flush_req.comm = c;
+  c->flush_req.flush = 1;
+  *request = &c->flush_req;
   return ncclSuccess;
 }
 
 /* Fills the members every version's props share. */
-#define TN_PROPS(p)                          \
-  do {                                       \
-    memset((p), 0, sizeof(*(p)));            \
-    (p)->name = (char *)"lo";                \
-    (p)->pciPath = NULL;                     \
-    (p)->guid = 0x7465737400000000ull + dev; \
-    (p)->ptrSupport = NET_PLUGIN_PTR_HOST;   \
-    (p)->speed = 10000;                      \
-    (p)->latency = 0;                        \
-    (p)->maxComms = 65536;                   \
-    (p)->maxRecvs = 1;                       \
+#define TN_PROPS(p)                                                                   \
+  do {                                                                                \
+    memset((p), 0, sizeof(*(p)));                                                     \
+    (p)->name = (char *)"lo";                                                         \
+    (p)->pciPath = NULL;                                                              \
+    (p)->guid = 0x7465737400000000ull + dev;                                          \
+    (p)->ptrSupport = NET_PLUGIN_PTR_HOST | (tn_cuda_ptrs ? NET_PLUGIN_PTR_CUDA : 0); \
+    (p)->speed = 10000;                                                               \
+    (p)->latency = 0;                                                                 \
+    (p)->maxComms = 65536;                                                            \
+    (p)->maxRecvs = 1;                                                                \
   } while (0)
 
 #if TESTNET_VERSION == 8

@@ -12,7 +12,12 @@
  * robin from where the previous message stopped; both sides walk the same
  * sequence, the receiver once it has read the size. The caller's thread
  * moves the control socket inside isend/irecv/test, never blocking; the
- * helper threads move the chunks and sleep in poll() when they have none. */
+ * helper threads move the chunks and sleep in poll() when they have none.
+ *
+ * With TESTNET_CUDA_PTRS=1 (and a build with CUDA) TestNet also takes
+ * device memory (NCCL_PTR_CUDA), staged through pinned host copies
+ * (tn_cuda.c), and its iflush is a request of its own, counted per recv
+ * comm and logged when the comm closes. */
 #ifndef TESTNET_TN_H
 #define TESTNET_TN_H
 
@@ -59,6 +64,11 @@ struct tn_req {
   size_t inline_done;
   int ctrl_done;      /* size (and inline bytes) moved on the control socket */
   atomic_int pending; /* chunks the helper threads still move */
+  /* A receive staged for device memory: test copies the bytes from data
+   * (the host copy) to dev_dst before it says done. */
+  char *dev_dst;
+  void *cuda;
+  int flush; /* an iflush's request: done at its first test */
 };
 
 /* One chunk queued on a data socket. */
@@ -90,10 +100,13 @@ struct tn_comm {
   size_t roff, rlen;
   struct tn_sock socks[TN_MAX_SOCKS];
   unsigned long long bytes, messages;
+  unsigned long long flushes; /* recv: iflush calls on device memory */
+  struct tn_req flush_req;    /* recv: what iflush returns */
 };
 
 extern ncclDebugLogger_t tn_log;
-extern int tn_nsocks; /* data sockets of the comms this process connects */
+extern int tn_nsocks;    /* data sockets of the comms this process connects */
+extern int tn_cuda_ptrs; /* TESTNET_CUDA_PTRS=1 in a build with CUDA */
 
 #define TN_WARN(...) \
   (tn_log != NULL ? tn_log(NCCL_LOG_WARN, ~0ul, __FILE__, __LINE__, __VA_ARGS__) : (void)0)
@@ -109,6 +122,12 @@ ncclResult_t tn_comm_create(int is_send, int *fds, int nsocks, void **out);
 ncclResult_t tn_post(struct tn_comm *c, void *data, size_t size, void **request);
 ncclResult_t tn_test(void *request, int *done, int *sizes);
 ncclResult_t tn_close(void *comm);
+
+/* tn_cuda.c: device regions staged through pinned host copies. */
+int tn_cuda_built(void);
+ncclResult_t tn_cuda_open(const void *dev_ptr, size_t size, char **stage_out, void **cuda_out);
+ncclResult_t tn_cuda_copy(void *cuda, void *dst, const void *src, size_t size);
+void tn_cuda_close(void *cuda, char *stage);
 
 /* tn_thread.c */
 ncclResult_t tn_threads_start(struct tn_comm *c);

@@ -47,6 +47,7 @@ _Static_assert(WEFT_NET_HANDLE_BYTES <= WEFT_CONN_HANDLE_BYTES,
 
 struct net_conn {
   const struct weft_net_ops *net;
+  int dev; /* the network's device: the one named like conn->net_nic, else 0 */
   void *listen;
   void *comm;
   void *mh;
@@ -76,6 +77,21 @@ static ncclResult_t net_conn_can_connect(const struct weft_transport_peer *self,
   return ncclSuccess;
 }
 
+/* The network device of the NIC the topology chose for this rank
+ * (core/comm_topo.c: for a host rank the one nearest its CPU), else 0;
+ * said once per rank (channel 0 of its first send link to each peer). */
+static int net_conn_dev(const struct weft_conn *conn, const struct weft_net_ops *net) {
+  int dev = -1;
+  if (conn->net_nic != NULL && conn->net_nic[0] != '\0')
+    dev = weft_net_dev_by_name(net, conn->net_nic, conn->net_nic_port);
+  if (conn->dir == WEFT_CONN_SEND && conn->channel == 0 && conn->net_nic != NULL &&
+      conn->net_nic[0] != '\0')
+    INFO(WEFT_NET, "rank %d: links to rank %d on NET/%s device %d (%s)", conn->rank, conn->peer,
+         net->name, dev >= 0 ? dev : 0,
+         dev >= 0 ? conn->net_nic : "the topology's NIC is not one of its devices");
+  return dev >= 0 ? dev : 0;
+}
+
 static ncclResult_t net_conn_priv(struct weft_conn *conn, struct net_conn **out) {
   if (conn->priv == NULL) {
     struct net_conn *q = calloc(1, sizeof(*q));
@@ -87,7 +103,10 @@ static ncclResult_t net_conn_priv(struct weft_conn *conn, struct net_conn **out)
     conn->priv = q;
   }
   struct net_conn *p = conn->priv;
-  if (p->net == NULL) WEFT_CHECK(weft_net_get(&p->net));
+  if (p->net == NULL) {
+    WEFT_CHECK(weft_net_get(&p->net));
+    p->dev = net_conn_dev(conn, p->net);
+  }
   *out = p;
   return ncclSuccess;
 }
@@ -98,7 +117,7 @@ static ncclResult_t net_conn_setup(struct weft_conn *conn, void *handle_out) {
   WEFT_CHECK(net_conn_priv(conn, &p));
   if (conn->dir == WEFT_CONN_SEND) return ncclSuccess;
   memset(handle_out, 0, WEFT_CONN_HANDLE_BYTES);
-  return p->net->listen(0, handle_out, &p->listen);
+  return p->net->listen(p->dev, handle_out, &p->listen);
 }
 
 /* Between connect/accept attempts: short naps first (the peer is usually
@@ -174,11 +193,11 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
   int threads = socket_send ? net_conn_link_threads(conn) : 0;
   while (p->comm == NULL) {
     if (single)
-      WEFT_CHECK(weft_net_socket_connect_single(0, peer_handle, &p->comm));
+      WEFT_CHECK(weft_net_socket_connect_single(p->dev, peer_handle, &p->comm));
     else if (threads > 0)
-      WEFT_CHECK(weft_net_socket_connect_threads(0, peer_handle, threads, &p->comm));
+      WEFT_CHECK(weft_net_socket_connect_threads(p->dev, peer_handle, threads, &p->comm));
     else if (conn->dir == WEFT_CONN_SEND)
-      WEFT_CHECK(p->net->connect(0, peer_handle, &p->comm));
+      WEFT_CHECK(p->net->connect(p->dev, peer_handle, &p->comm));
     else
       WEFT_CHECK(p->net->accept(p->listen, &p->comm));
     if (p->comm == NULL) WEFT_CHECK(net_conn_setup_wait(conn, deadline_ms, &nap_us));

@@ -1,7 +1,8 @@
 /* A FIFO direction carried by the network (net_fifo.h): layout, connect
- * and the proxy's progress of one link. */
+ * and the proxy's progress of one link, flushes of device slots included. */
 #include "transport/net/net_fifo.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "base/check.h"
@@ -22,12 +23,15 @@ size_t weft_net_fifo_bytes(int nslots, size_t slot_bytes) {
   return slots_off(nslots) + (size_t)nslots * slot_bytes;
 }
 
+size_t weft_net_fifo_ctrl_bytes(int nslots) {
+  return slots_off(nslots);
+}
+
 ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_send, int peer,
                                 int channel, int nslots, size_t slot_bytes, void *mem, void *handle,
                                 struct weft_net_fifo *out) {
-  if (nslots < 1 || nslots > WEFT_NET_FIFO_MAX_SLOTS || slot_bytes == 0 ||
-      slot_bytes > UINT32_MAX) {
-    WARN("net link to rank %d: %d slots of %zu bytes: expected 1..%d slots of 1..4 GiB", peer,
+  if (nslots < 1 || nslots > WEFT_NET_FIFO_MAX_SLOTS || slot_bytes == 0 || slot_bytes > INT_MAX) {
+    WARN("net link to rank %d: %d slots of %zu bytes: expected 1..%d slots of 1 B..2 GiB", peer,
          nslots, slot_bytes, WEFT_NET_FIFO_MAX_SLOTS);
     return ncclInternalError;
   }
@@ -45,6 +49,7 @@ ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_
   f.tail = (uint64_t *)((char *)mem + FIFO_TAIL_OFF);
   f.sizes = (uint32_t *)((char *)mem + FIFO_SIZES_OFF);
   f.slots = (char *)mem + slots_off(nslots);
+  f.slot_type = WEFT_NET_PTR_HOST;
   if (!is_send) {
     ncclResult_t res = net->listen(dev, handle, &f.listen);
     if (res != ncclSuccess) {
@@ -54,6 +59,11 @@ ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_
   }
   *out = f;
   return ncclSuccess;
+}
+
+void weft_net_fifo_use_device_slots(struct weft_net_fifo *f, void *dev_slots) {
+  f->slots = dev_slots;
+  f->slot_type = WEFT_NET_PTR_CUDA;
 }
 
 ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, int *done_out) {
@@ -70,11 +80,12 @@ ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, 
     if (f->comm == NULL) return ncclSuccess;
   }
   if (f->mh == NULL) {
-    res = f->net->reg_mr(f->comm, f->slots, (size_t)f->nslots * f->slot_bytes, WEFT_NET_PTR_HOST,
-                         &f->mh);
+    res =
+        f->net->reg_mr(f->comm, f->slots, (size_t)f->nslots * f->slot_bytes, f->slot_type, &f->mh);
     if (res != ncclSuccess) {
-      WARN("net link %s rank %d (channel %d): registering %zu bytes of slots failed",
-           f->is_send ? "to" : "from", f->peer, f->channel, (size_t)f->nslots * f->slot_bytes);
+      WARN("net link %s rank %d (channel %d): registering %zu bytes of slots in %s memory failed",
+           f->is_send ? "to" : "from", f->peer, f->channel, (size_t)f->nslots * f->slot_bytes,
+           f->slot_type == WEFT_NET_PTR_HOST ? "host" : "device");
       return res;
     }
   }
@@ -86,16 +97,40 @@ ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, 
   return ncclSuccess;
 }
 
+/* Asks the network to flush slot s's receive of size bytes into device
+ * memory; f->req[s] is then the flush (NULL: nothing to wait for). */
+static ncclResult_t fifo_flush(struct weft_net_fifo *f, uint64_t s, size_t size) {
+  void *data = f->slots + s * f->slot_bytes, *req = NULL;
+  int isize = (int)size; /* <= slot_bytes, checked at open to fit */
+  WEFT_CHECK(f->net->iflush(f->comm, 1, &data, &isize, &f->mh, &req));
+  f->req[s] = req;
+  if (req != NULL) {
+    f->flushing |= 1u << s;
+    f->flushes++;
+  }
+  return ncclSuccess;
+}
+
 /* Retires the posted requests that finished, in order, and publishes
  * how many to the kernel in *counter (head for a send, tail for a
- * receive), after the data (release). */
+ * receive), after the data (release). A receive into device slots is
+ * published only once its flush finished too. */
 static ncclResult_t fifo_complete(struct weft_net_fifo *f, uint64_t *counter, int *moved) {
   const uint64_t ns = (uint64_t)f->nslots;
   while (f->done < f->posted) {
+    uint64_t s = f->done % ns;
     int done = 0;
-    WEFT_CHECK(f->net->test(f->req[f->done % ns], &done, NULL));
+    size_t size = 0;
+    WEFT_CHECK(f->net->test(f->req[s], &done, &size));
     if (!done) break;
-    f->req[f->done % ns] = NULL;
+    f->req[s] = NULL;
+    if (f->flushing & (1u << s)) {
+      f->flushing &= ~(1u << s);
+    } else if (!f->is_send && f->slot_type != WEFT_NET_PTR_HOST && size > 0) {
+      WEFT_CHECK(fifo_flush(f, s, size));
+      *moved = 1;
+      if (f->req[s] != NULL) continue; /* tested next, from the top */
+    }
     f->done++;
     __atomic_store_n(counter, f->done, __ATOMIC_RELEASE);
     *moved = 1;

@@ -12,7 +12,14 @@
  * kernel freed it (pos < head + nslots), and when the data landed releases
  * tail = pos + 1; the kernel reads the slot and releases head.
  * Positions count from 0 on both ends and only grow; progress moves no
- * further than `target`, the slots the plans launched so far carry. */
+ * further than `target`, the slots the plans launched so far carry.
+ *
+ * The slots may live in device memory instead (weft_net_fifo_use_device_
+ * slots, where GPUDirect RDMA is allowed: net_gdr.h); the counters and
+ * sizes stay in the host memory, where the kernel polls them and the
+ * proxy writes them. A receive into device slots is flushed (the
+ * network's iflush) before its tail is published, so the kernel never
+ * reads bytes the NIC has not made visible to the GPU. */
 #ifndef WEFT_TRANSPORT_NET_NET_FIFO_H
 #define WEFT_TRANSPORT_NET_NET_FIFO_H
 
@@ -27,6 +34,8 @@
 /* Bytes of host memory a FIFO of nslots slots of slot_bytes needs
  * (counters, sizes, slots, in that order; slots 4 KiB aligned). */
 size_t weft_net_fifo_bytes(int nslots, size_t slot_bytes);
+/* The same without the slots: a FIFO whose slots are in device memory. */
+size_t weft_net_fifo_ctrl_bytes(int nslots);
 
 struct weft_net_fifo {
   int is_send;
@@ -39,6 +48,7 @@ struct weft_net_fifo {
   uint64_t *tail; /* slots filled (send: by the kernel; recv: by the network) */
   uint32_t *sizes;
   char *slots;
+  int slot_type; /* WEFT_NET_PTR_HOST, or _CUDA: slots in device memory */
   /* The network's side: */
   const struct weft_net_ops *net;
   int dev;      /* the network's device it listens and connects on */
@@ -46,8 +56,10 @@ struct weft_net_fifo {
   void *comm;   /* send or recv comm once connected */
   void *mh;     /* the slots' registration */
   void *req[WEFT_NET_FIFO_MAX_SLOTS];
-  uint64_t posted; /* slots handed to the network */
-  uint64_t done;   /* slots the network finished */
+  uint32_t flushing; /* bit s: req[s] is slot s's flush, not its receive */
+  uint64_t flushes;  /* flushes the network asked for (device slots) */
+  uint64_t posted;   /* slots handed to the network */
+  uint64_t done;     /* slots the network finished */
 };
 
 /* Lays a FIFO out over mem (weft_net_fifo_bytes of them, zeroed here) and
@@ -56,6 +68,10 @@ struct weft_net_fifo {
 ncclResult_t weft_net_fifo_open(const struct weft_net_ops *net, int dev, int is_send, int peer,
                                 int channel, int nslots, size_t slot_bytes, void *mem, void *handle,
                                 struct weft_net_fifo *out);
+/* Puts the slots in device memory: nslots * slot_bytes bytes at dev_slots
+ * (the caller's cudaMalloc), registered as WEFT_NET_PTR_CUDA. Between open
+ * and the first connect; mem then needs only weft_net_fifo_ctrl_bytes. */
+void weft_net_fifo_use_device_slots(struct weft_net_fifo *f, void *dev_slots);
 /* One step of connecting (send: to the peer's handle; recv: accepting);
  * *done_out set once connected and the slots registered. Never blocks. */
 ncclResult_t weft_net_fifo_connect(struct weft_net_fifo *f, const void *handle, int *done_out);

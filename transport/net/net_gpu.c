@@ -6,7 +6,9 @@
 #include <time.h>
 
 #include "base/check.h"
+#include "base/param.h"
 #include "transport/gpu_transport.h"
+#include "transport/net/net_gdr.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA
@@ -20,6 +22,12 @@ struct net_gpu {
   struct weft_net_fifo *fifos; /* [fifo_index]; used for net peers only */
   unsigned char *net_peer;
   char *mem; /* pinned: every net link's FIFO, one after another */
+  /* Per way (0 receive, 1 send): slots in device memory (net_gdr.h), the
+   * pinned bytes of one FIFO (all of it, or its counters alone), and the
+   * device memory holding every link's slots of that way. */
+  int dev_slots[2];
+  size_t host_bytes[2];
+  char *dmem[2];
 };
 
 /* One entry per (peer, channel, way), as the proxy's link table. */
@@ -42,15 +50,19 @@ static double now_s(void) {
 /* Opens both directions of every channel to every net peer; the receive
  * sides' handles go to mine[(p * nchannels + ch) * HANDLE]. */
 static ncclResult_t fifos_open(struct net_gpu *n, char *mine) {
-  char *mem = n->mem;
+  char *mem = n->mem, *dmem[2] = {n->dmem[0], n->dmem[1]};
   for (int p = 0; p < n->nranks; p++) {
     if (!n->net_peer[p]) continue;
     for (int ch = 0; ch < n->nchannels; ch++) {
       for (int s = 0; s < 2; s++) {
         char *handle = mine + ((size_t)p * n->nchannels + ch) * WEFT_NET_HANDLE_BYTES;
+        struct weft_net_fifo *f = &n->fifos[fifo_index(n, p, ch, s)];
         WEFT_CHECK(weft_net_fifo_open(n->net, n->dev, s, p, ch, n->nslots, n->slot_bytes, mem,
-                                      s ? NULL : handle, &n->fifos[fifo_index(n, p, ch, s)]));
-        mem += n->fifo_bytes;
+                                      s ? NULL : handle, f));
+        mem += n->host_bytes[s];
+        if (!n->dev_slots[s]) continue;
+        weft_net_fifo_use_device_slots(f, dmem[s]);
+        dmem[s] += (size_t)n->nslots * n->slot_bytes;
       }
     }
   }
@@ -107,12 +119,14 @@ static ncclResult_t fifos_links(struct net_gpu *n, struct weft_dev_link *send,
       for (int s = 0; s < 2; s++) {
         struct weft_net_fifo *f = &n->fifos[fifo_index(n, p, ch, s)];
 #define DEV(ptr) ((void *)(dmem + ((char *)(ptr)-n->mem)))
-        struct weft_dev_link l = {.slots = DEV(f->slots),
-                                  .head = DEV(f->head),
-                                  .tail = DEV(f->tail),
-                                  .ll = NULL,
-                                  .sizes = s ? DEV(f->sizes) : NULL,
-                                  .sys = 1};
+        /* Device slots are device addresses already. */
+        struct weft_dev_link l = {
+            .slots = f->slot_type == WEFT_NET_PTR_HOST ? DEV(f->slots) : (void *)f->slots,
+            .head = DEV(f->head),
+            .tail = DEV(f->tail),
+            .ll = NULL,
+            .sizes = s ? DEV(f->sizes) : NULL,
+            .sys = 1};
 #undef DEV
         (s ? send : recv)[(size_t)p * n->nchannels + ch] = l;
         if (s)
@@ -132,16 +146,22 @@ static void net_gpu_free(void *state, int abort) {
   for (size_t i = 0; n->fifos != NULL && i < nlinks; i++)
     if (n->fifos[i].net != NULL) weft_net_fifo_close(&n->fifos[i]);
   if (n->mem != NULL) cudaFreeHost(n->mem);
+  for (int s = 0; s < 2; s++)
+    if (n->dmem[s] != NULL) cudaFree(n->dmem[s]);
   free(n->fifos);
   free(n->net_peer);
   free(n);
 }
 
 /* The device the links use: the one named like the NIC nearest the GPU
- * (the topology's choice, setup.net_nic), else device 0. */
-static int net_dev_of(const struct weft_net_ops *net, const struct weft_gpu_setup *s) {
+ * (the topology's choice, setup.net_nic; *placed_out 1), else device 0,
+ * which the topology cannot place (0). */
+static int net_dev_of(const struct weft_net_ops *net, const struct weft_gpu_setup *s,
+                      int *placed_out) {
+  *placed_out = 0;
   if (s->net_nic == NULL || s->net_nic[0] == '\0') return 0;
   int dev = weft_net_dev_by_name(net, s->net_nic, s->net_nic_port);
+  *placed_out = dev >= 0;
   if (dev >= 0)
     INFO(WEFT_INIT | WEFT_NET, "rank %d: net links on NET/%s device %d (%s, the GPU's nearest NIC)",
          s->rank, net->name, dev, s->net_nic);
@@ -151,6 +171,50 @@ static int net_dev_of(const struct weft_net_ops *net, const struct weft_gpu_setu
          "devices",
          s->rank, net->name, s->net_nic);
   return dev >= 0 ? dev : 0;
+}
+
+/* Where each way's slots go (net_gdr.h): the device's memory types and
+ * the topology's verdict for it (placed: it is the GPU's nearest NIC),
+ * logged per way. */
+static ncclResult_t slots_place(struct net_gpu *n, const struct weft_gpu_setup *s, int placed) {
+  struct weft_net_props props;
+  memset(&props, 0, sizeof(props));
+  ncclResult_t res = n->net->get_properties(n->dev, &props);
+  if (res != ncclSuccess) {
+    WARN("rank %d: the properties of NET/%s device %d: error %d", n->rank, n->net->name, n->dev,
+         (int)res);
+    return res;
+  }
+  struct weft_net_gdr_in in = {
+      .net = n->net->name,
+      .ptr_support = props.ptr_support,
+      .topo_gdr = placed ? s->net_nic_gdr : s->net_unplaced_gdr,
+      .topo_why = placed ? s->net_nic_gdr_why : s->net_unplaced_gdr_why,
+      .gdr_read = (int)weft_param_int(WEFT_PARAM_NET_GDR_READ),
+  };
+  for (int way = 0; way < 2; way++) {
+    char why[256];
+    n->dev_slots[way] = weft_net_gdr_device_slots(&in, way, why, sizeof(why));
+    n->host_bytes[way] = n->dev_slots[way] ? weft_net_fifo_ctrl_bytes(n->nslots) : n->fifo_bytes;
+    INFO(WEFT_INIT | WEFT_NET, "rank %d: net links' %s slots in %s memory: %s", n->rank,
+         way ? "send" : "receive", n->dev_slots[way] ? "device" : "host", why);
+  }
+  return ncclSuccess;
+}
+
+/* The device memory of every link's slots of the ways that have them. */
+static ncclResult_t slots_alloc_device(struct net_gpu *n, size_t nfifos) {
+  for (int way = 0; way < 2; way++) {
+    if (!n->dev_slots[way]) continue;
+    size_t bytes = nfifos * (size_t)n->nslots * n->slot_bytes;
+    cudaError_t err = cudaMalloc((void **)&n->dmem[way], bytes);
+    if (err != cudaSuccess) {
+      WARN("rank %d: %zu bytes of device memory for the net links' %s slots: %s", n->rank, bytes,
+           way ? "send" : "receive", cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
 }
 
 /* The state, the network and the pinned memory for nnet peers. */
@@ -176,15 +240,18 @@ static ncclResult_t net_gpu_alloc(const struct weft_gpu_setup *s, const unsigned
   *out = n;
   ncclResult_t res = weft_net_get(&n->net);
   if (res != ncclSuccess) return res;
-  n->dev = net_dev_of(n->net, s);
-  cudaError_t err =
-      cudaHostAlloc((void **)&n->mem, nnet * n->nchannels * 2 * n->fifo_bytes, cudaHostAllocMapped);
+  int placed = 0;
+  n->dev = net_dev_of(n->net, s, &placed);
+  WEFT_CHECK(slots_place(n, s, placed));
+  size_t nfifos = nnet * (size_t)n->nchannels; /* per way */
+  size_t host = nfifos * (n->host_bytes[0] + n->host_bytes[1]);
+  cudaError_t err = cudaHostAlloc((void **)&n->mem, host, cudaHostAllocMapped);
   if (err != cudaSuccess) {
-    WARN("rank %d: pinned host memory for %zu net links (%zu bytes each): %s", n->rank,
-         nnet * n->nchannels * 2, n->fifo_bytes, cudaGetErrorString(err));
+    WARN("rank %d: %zu bytes of pinned host memory for %zu net links: %s", n->rank, host,
+         nfifos * 2, cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
-  return ncclSuccess;
+  return slots_alloc_device(n, nfifos);
 }
 
 static ncclResult_t net_gpu_connect(const struct weft_gpu_setup *s, const unsigned char *peers,

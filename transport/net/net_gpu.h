@@ -2,10 +2,12 @@
  * docs/CUDA.md, "GPU ranks on other hosts"): for every peer it links, a
  * FIFO per channel and direction (net_fifo.h) in pinned, mapped host
  * memory that the kernels use like any link (Simple only, system-scope
- * counters). connect allocates them, exchanges the receive sides' handles
- * over the bootstrap and connects every FIFO (bounded by the setup's
- * timeout). The proxy side, which carries the slots over the network, is
- * the engine's to start: it takes each FIFO from weft_net_gpu_fifo. */
+ * counters); a direction's slots go in device memory instead where
+ * GPUDirect RDMA is allowed (net_gdr.h: the network takes CUDA pointers
+ * and the topology's verdict says yes). connect allocates them, exchanges the receive sides'
+ * handles over the bootstrap and connects every FIFO (bounded by the setup's timeout). The proxy
+ * side, which carries the slots over the network, is the engine's to start: it takes each FIFO from
+ * weft_net_gpu_fifo. */
 #ifndef WEFT_TRANSPORT_NET_NET_GPU_H
 #define WEFT_TRANSPORT_NET_NET_GPU_H
 
