@@ -5,6 +5,7 @@
  * kernel on the caller's stream. */
 #include "exec/cuda.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +13,9 @@
 #include <unistd.h>
 
 #include "base/check.h"
-#include "core/comm.h"
+#include "base/mps.h"
 #include "base/param.h"
+#include "core/comm.h"
 #include "exec/reduce.h"
 #include "sched/tuning.h"
 #include "weft_config.h"
@@ -36,14 +38,40 @@
  * after this library is loaded; a value the user set is kept. Under MPS
  * the server hands every client its queues from one pool, and 32 per
  * client made the fourth client's context fail on the H200, so where an
- * MPS pipe is found (CUDA_MPS_PIPE_DIRECTORY, or /tmp/nvidia-mps, its
- * default) the default stays: MPS ranks are processes of their own. */
+ * MPS daemon answers on its pipe (CUDA_MPS_PIPE_DIRECTORY, or
+ * /tmp/nvidia-mps, its default) the default stays: MPS ranks are
+ * processes of their own. A pipe left behind by a daemon that quit does
+ * not count (it kept 8 queues once, and 6 rank-threads hung). */
 __attribute__((constructor)) static void cuda_more_queues(void) {
   const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
   char control[4096];
   snprintf(control, sizeof(control), "%s/control", dir != NULL && *dir ? dir : "/tmp/nvidia-mps");
-  if (access(control, F_OK) == 0) return;
+  if (weft_mps_daemon_live(control)) return;
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+}
+
+/* Rank-threads of this process on this rank's GPU whose streams (the
+ * caller's and the side stream, two each) outnumber the hardware queues
+ * may wait on each other's kernels until the timeout: said once at init,
+ * naming the fix, instead of a hang with no culprit. */
+static void queues_check(const struct ncclComm *comm) {
+  const struct weft_peer_info *me = &comm->peers[comm->rank];
+  int here = 0;
+  for (int p = 0; p < comm->nranks; p++)
+    here += comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash &&
+            weft_peer_same_gpu(&comm->peers[p], me);
+  const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  int queues = v != NULL && *v ? atoi(v) : 8;
+  if (here < 2 || 2 * here <= queues) return;
+  static atomic_int said;
+  if (atomic_fetch_add(&said, 1) == 0)
+    WARN(
+        "rank %d: %d ranks of this process share GPU %d: their %d streams share "
+        "CUDA_DEVICE_MAX_CONNECTIONS=%d hardware queues, so a rank's kernel can wait behind a "
+        "peer's that waits for it (a timeout naming no culprit). Set "
+        "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts (weft does so when it loads, unless "
+        "set or an MPS daemon runs; docs/CUDA.md)",
+        comm->rank, here, comm->cuda_dev, 2 * here, queues);
 }
 
 /* Device plans kept per communicator; past this the least recently used
@@ -327,6 +355,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   comm->cuda_direct = weft_cuda_direct_kind(e->direct);
   comm->cuda_net_links = nnet > 0;
   comm->cuda_net_direct = nnet > 0 && !ranks_share_context(comm);
+  queues_check(comm);
   comm->cuda = e;
   comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;
