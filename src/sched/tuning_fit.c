@@ -50,27 +50,27 @@ static const struct weft_tune_fit fits[] = {
      * protocol to choose (its small calls run in LL lines by size,
      * WEFT_DIRECT_LL_MAX), and forced LL only cut its sweep at 16 MiB. */
     /* clang-format off */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 7.78563, 154921, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 10 -w 3 -c 0 -T 50 (LL runs: -e 16M)"}, /* 15.57 us + B / 154.9 GB/s, 15 sizes, rms 23.4% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 7.94676, 18162.7, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 10 -w 3 -c 0 -T 50 (LL runs: -e 16M)"}, /* 15.89 us + B / 18.16 GB/s, 11 sizes, rms 26.6% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 7.54379, 245233, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 10 -w 3 -c 0 -T 50 (LL runs: -e 16M)"}, /* 15.09 us + B / 122.6 GB/s, 15 sizes, rms 20.3% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 2, 7.44638, 30410.3, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 10 -w 3 -c 0 -T 50 (LL runs: -e 16M)"}, /* 14.89 us + B / 15.21 GB/s, 11 sizes, rms 20.0% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 12.6901, 745623, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 10 -w 3 -c 0 -T 50 (LL runs: -e 16M)"}, /* 12.69 us + B / 745.6 GB/s, 15 sizes, rms 31.6% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 6.44103, 89813.6, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 5 -w 1 -c 0 -T 120 (LL runs: -e 16M)"}, /* 90.17 us + B / 51.32 GB/s, 15 sizes, rms 18.7% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 8, 6.49591, 31211.8, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 5 -w 1 -c 0 -T 120 (LL runs: -e 16M)"}, /* 90.94 us + B / 17.84 GB/s, 11 sizes, rms 24.3% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 9.43722, 56011.5, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 5 -w 1 -c 0 -T 120 (LL runs: -e 16M)"}, /* 56.62 us + B / 28.01 GB/s, 15 sizes, rms 27.7% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 8, 9.98637, 3275.63, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 5 -w 1 -c 0 -T 120 (LL runs: -e 16M)"}, /* 59.92 us + B / 1.638 GB/s, 11 sizes, rms 16.1% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 27.7766, 1.5125e+06, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 5 -w 1 -c 0 -T 120 (LL runs: -e 16M)"}, /* 27.78 us + B / 216.1 GB/s, 15 sizes, rms 25.7% */
-    /* clang-format on */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 6.83225, 153772, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.66 us + B / 153.8 GB/s, 15 sizes, rms 23.5% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 7.06622, 16429.6, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 14.13 us + B / 16.43 GB/s, 11 sizes, rms 25.2% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 6.79901, 261265, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.6 us + B / 130.6 GB/s, 15 sizes, rms 19.5% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 2, 6.72017, 32048.7, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.44 us + B / 16.02 GB/s, 11 sizes, rms 21.4% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 7.59851, 717914, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 7.599 us + B / 717.9 GB/s, 15 sizes, rms 36.5% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 4.97415, 84882.6, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 69.64 us + B / 48.5 GB/s, 15 sizes, rms 19.3% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 8, 5.30115, 30219.3, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 74.22 us + B / 17.27 GB/s, 11 sizes, rms 26.1% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 7.74448, 54753, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 46.47 us + B / 27.38 GB/s, 15 sizes, rms 27.3% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 8, 8.34643, 3177.5, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 50.08 us + B / 1.589 GB/s, 11 sizes, rms 9.8% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 18.3009, 1.48583e+06, 1,
+     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 18.3 us + B / 212.3 GB/s, 15 sizes, rms 21.0% */
+/* clang-format on */
 
     /* Placeholders (the first row of a kind wins a tie). */
     {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 0, 6.0,
