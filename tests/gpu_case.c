@@ -408,3 +408,31 @@ int gcase_run(struct run *ru, enum coll k, int op, size_t count, int root, int i
   }
   return failed;
 }
+
+int gcase_comm_rank(const char *tag, int rank, int nranks, ncclUniqueId id, size_t cap,
+                    void (*cases)(struct run *ru)) {
+  int ndev = 0;
+  HCUDA(cudaGetDeviceCount(&ndev));
+  struct lrank l;
+  memset(&l, 0, sizeof l);
+  l.rank = rank;
+  l.dev = rank % ndev;
+  HCUDA(cudaSetDevice(l.dev));
+  HNCCL(ncclCommInitRank(&l.comm, nranks, id, rank));
+  struct run ru = {tag, nranks, 1, 0, &l, NULL, 1, 0, 0};
+  ru.t = malloc(sizeof *ru.t);
+  HCHECK(ru.t != NULL, "out of memory");
+  int rc = gcase_rank_open(&l, cap);
+  if (rc == 0) cases(&ru);
+  free(ru.t);
+  gcase_rank_close(&l);
+  if (ru.fatal || l.nfail > 0)
+    ncclCommAbort(l.comm);
+  else
+    ncclCommDestroy(l.comm); /* closes the network's comms (a plugin may log on close) */
+  if (rc != 0) return rc;
+  fprintf(stderr, "%s: rank %d of %d: %d cases, %d failures\n", tag, rank, nranks, ru.ncases,
+          l.nfail);
+  HCHECK(l.nfail == 0 && !ru.fatal, "rank %d: %d failures; first: %s", rank, l.nfail, l.first_fail);
+  return 0;
+}

@@ -72,6 +72,14 @@ struct run {
 int gcase_rank_open(struct lrank *l, size_t cap);
 void gcase_rank_close(struct lrank *l);
 
+/* One rank of a test whose ranks are processes or threads on their own
+ * (tag names them in ru.mode and the report): joins id's communicator on
+ * GPU rank % count, runs cases on buffers of cap bytes, leaves (aborts
+ * after a failure, else destroys), prints "<tag>: rank r of n: k cases,
+ * f failures". 0 when every case passed. */
+int gcase_comm_rank(const char *tag, int rank, int nranks, ncclUniqueId id, size_t cap,
+                    void (*cases)(struct run *ru));
+
 /* Runs one case on every local rank of ru against ru->t; returns non-zero
  * when it failed anywhere (each failure printed as a "FAIL" line). */
 int gcase_run(struct run *ru, enum coll k, int op, size_t count, int root, int inplace);

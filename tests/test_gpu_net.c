@@ -79,29 +79,7 @@ static void net_cases(struct run *ru) {
 
 /* One rank: joins, runs the cases, leaves. */
 static int one_rank(int rank, int nranks, ncclUniqueId id) {
-  int ndev = 0;
-  HCUDA(cudaGetDeviceCount(&ndev));
-  struct lrank l;
-  memset(&l, 0, sizeof l);
-  l.rank = rank;
-  l.dev = rank % ndev;
-  HCUDA(cudaSetDevice(l.dev));
-  HNCCL(ncclCommInitRank(&l.comm, nranks, id, rank));
-  struct run ru = {"net", nranks, 1, 0, &l, NULL, 1, 0, 0};
-  ru.t = malloc(sizeof *ru.t);
-  HCHECK(ru.t != NULL, "out of memory");
-  int rc = gcase_rank_open(&l, cap_bytes());
-  if (rc == 0) net_cases(&ru);
-  free(ru.t);
-  gcase_rank_close(&l);
-  if (ru.fatal || l.nfail > 0)
-    ncclCommAbort(l.comm);
-  else
-    ncclCommDestroy(l.comm);
-  if (rc != 0) return rc;
-  fprintf(stderr, "net: rank %d of %d: %d cases, %d failures\n", rank, nranks, ru.ncases, l.nfail);
-  HCHECK(l.nfail == 0 && !ru.fatal, "rank %d: %d failures; first: %s", rank, l.nfail, l.first_fail);
-  return 0;
+  return gcase_comm_rank("net", rank, nranks, id, cap_bytes(), net_cases);
 }
 
 static int procs_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
