@@ -1,6 +1,7 @@
 /* GPU additions to the multi-rank harness (see gpu_harness.h). */
 #include "gpu_harness.h"
 
+#include <check.h>
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,4 +77,25 @@ int gpu_worker(char *const argv[], const char *const env[], int timeout_s, char 
   }
   free(err);
   return ok ? 0 : 1;
+}
+
+int gpu_procs_suite_main(const char *name, int procs, const TTest *fn, int n) {
+  int ndev = gpu_require_device(name);
+  if (ndev < procs && !gpu_mps_enabled(0)) {
+    printf(
+        "%s: processes share GPU 0 and MPS does not serve it (start nvidia-cuda-mps-control -d): "
+        "skipped\n",
+        name);
+    return 77;
+  }
+  Suite *s = suite_create(name);
+  TCase *tc = tcase_create("cases");
+  tcase_add_loop_test(tc, fn, 0, n);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_VERBOSE);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 #ifndef WEFT_TESTS_GPU_HARNESS_H
 #define WEFT_TESTS_GPU_HARNESS_H
 
+#include <check.h>
 #include <stddef.h>
 
 #include "harness.h"
@@ -23,6 +24,13 @@ int gpu_require_device(const char *suite);
 /* 1 when MPS serves device dev (contexts of separate processes then run
  * kernels at the same time), 0 when not or unknown. */
 int gpu_mps_enabled(int dev);
+
+/* main() of a suite of n cases (Check loop test fn, run in this process:
+ * each case forks its rank processes) whose procs ranks are processes on
+ * GPUs rank % count: exits 77, saying why, without a device or where
+ * fewer than procs GPUs mean processes share GPU 0 and MPS does not serve
+ * it. Returns the exit status. */
+int gpu_procs_suite_main(const char *name, int procs, const TTest *fn, int n);
 
 /* Fails the current rank function unless call returns cudaSuccess. */
 #define HCUDA(call)                                                               \

@@ -172,21 +172,5 @@ int main(int argc, char **argv) {
   setenv("WEFT_CUDA_ENGINE", "1", 1);
   setenv("WEFT_TIMEOUT", "30", 0);
   if (argc == 3 && strcmp(argv[1], "--worker") == 0) return worker_main(argv[2]);
-  int ndev = gpu_require_device("gpu_gdr");
-  if (ndev < NPROCS && !gpu_mps_enabled(0)) {
-    printf(
-        "gpu_gdr: processes share GPU 0 and MPS does not serve it (start "
-        "nvidia-cuda-mps-control -d): skipped\n");
-    return 77;
-  }
-  Suite *s = suite_create("gpu_gdr");
-  TCase *tc = tcase_create("cases");
-  tcase_add_loop_test(tc, test_case, 0, NCASES);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return gpu_procs_suite_main("gpu_gdr", NPROCS, test_case, NCASES);
 }
