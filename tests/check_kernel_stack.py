@@ -31,9 +31,8 @@ EIATTR_MAX_STACK_SIZE, EIATTR_REGCOUNT = 0x23, 0x2F
 # and the LL plan kernels hold more values across the call to their
 # reduction of a staged slot (ll_reduce_out) than the registers a call
 # leaves alone, so ptxas spills the rest around it. A version of both
-# without the copies (Simple at 0, LL plan at 80, LL fused at 120) is
-# written but has not run on a GPU yet (docs/CUDA.md, "Registers and
-# spills").
+# without the copies (Simple at 0, LL plan at 80, LL fused at 120) was
+# written but never ran on a GPU (docs/CUDA.md, "Registers and spills").
 ALLOWED = {
     "_Z16weft_plan_kernelILi1EEv9exec_args": 400,  # weft_plan_kernel<LL>
     "_Z17weft_fused_kernelILi0EEv10fused_args": 168,  # weft_fused_kernel<Simple>
