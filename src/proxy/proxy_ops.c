@@ -49,10 +49,10 @@ ncclResult_t weft_proxy_ops_count(const struct weft_plan *plan, int p2p, size_t 
   for (size_t i = 0; i < nlinks; i++) {
     if (count[i] == 0) continue;
     if (count[i] > UINT32_MAX) {
-      free(count);
-      free(ops);
       WARN("a plan moves %llu slots on one net link: more than one launch can carry",
            (unsigned long long)count[i]);
+      free(count);
+      free(ops);
       return ncclInvalidArgument;
     }
     ops[n++] = (struct weft_proxy_op){(uint32_t)i, (uint32_t)count[i]};
