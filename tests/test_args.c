@@ -91,6 +91,23 @@ static int bad_inits(int rank, int nranks, ncclUniqueId id) {
   ncclUniqueId zero;
   memset(&zero, 0, sizeof zero);
   BAD(ncclCommInitRank(&comm, nranks, zero, rank), NULL, "ncclCommInitRank", "commId|uniqueId|id");
+
+  ncclUniqueId ids[2] = {id, zero};
+  BAD(ncclCommInitRankScalable(NULL, nranks, rank, 1, ids, NULL), NULL, "ncclCommInitRankScalable",
+      "newcomm|comm");
+  BAD(ncclCommInitRankScalable(&comm, nranks, nranks, 1, ids, NULL), NULL,
+      "ncclCommInitRankScalable", "rank");
+  BAD(ncclCommInitRankScalable(&comm, nranks, rank, 0, ids, NULL), NULL, "ncclCommInitRankScalable",
+      "nId");
+  BAD(ncclCommInitRankScalable(&comm, nranks, rank, nranks + 1, ids, NULL), NULL,
+      "ncclCommInitRankScalable", "nId");
+  BAD(ncclCommInitRankScalable(&comm, nranks, rank, 1, NULL, NULL), NULL,
+      "ncclCommInitRankScalable", "commIds");
+  if (nranks >= 2)
+    BAD(ncclCommInitRankScalable(&comm, nranks, rank, 2, ids, NULL), NULL,
+        "ncclCommInitRankScalable", "commIds[1]");
+  BAD(ncclCommInitRankScalable(&comm, nranks, rank, 1, ids, &config), NULL,
+      "ncclCommInitRankScalable", "magic|config");
   BAD(ncclGetUniqueId(NULL), NULL, "ncclGetUniqueId", "uniqueId");
   return 0;
 }

@@ -206,7 +206,7 @@ static int check_p2p(struct weft_bootstrap *b, int rank, int n) {
 
 static int rank_basic(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
-  EXPECT(weft_bootstrap_create(id, rank, n, &b) == ncclSuccess);
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
   if (check_allgather(b, rank, n) != 0) return 1;
   EXPECT(weft_bootstrap_barrier(b) == ncclSuccess);
   if (check_p2p(b, rank, n) != 0) return 1;
@@ -373,7 +373,7 @@ END_TEST
 static int rank_expect_missing(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
   int64_t start = weft_time_ms();
-  ncclResult_t r = weft_bootstrap_create(id, rank, n, &b);
+  ncclResult_t r = weft_bootstrap_create(id, 1, rank, n, &b);
   EXPECT(r == ncclRemoteError || r == ncclSystemError);
   EXPECT(b == NULL);
   EXPECT(weft_time_ms() - start < 7000);
@@ -394,7 +394,7 @@ END_TEST
 /* Rank 0 waits for a message rank 1 never sends; rank 1 stays up. */
 static int rank_recv_timeout(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
-  EXPECT(weft_bootstrap_create(id, rank, n, &b) == ncclSuccess);
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
   if (rank == 1) {
     sleep_ms(3000);
   } else {
@@ -418,7 +418,7 @@ END_TEST
 static int rank_peer_gone(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
   int v = 5;
-  EXPECT(weft_bootstrap_create(id, rank, n, &b) == ncclSuccess);
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
   if (rank == 1) {
     EXPECT(weft_bootstrap_send(b, 0, 1, &v, sizeof(v)) == ncclSuccess);
   } else {
@@ -444,7 +444,7 @@ static void *abort_later(void *arg) {
 
 static int rank_abort(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
-  EXPECT(weft_bootstrap_create(id, rank, n, &b) == ncclSuccess);
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
   if (rank == 1) {
     sleep_ms(1500);
   } else {

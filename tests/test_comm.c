@@ -3,6 +3,7 @@
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -141,6 +142,116 @@ START_TEST(test_count_rank_init_all) {
 }
 END_TEST
 
+/* ncclCommInitRankScalable as a launcher uses it: the first rank of each of
+ * NCCL's blocks (nranks / nId ranks, the first nranks % nId blocks one
+ * more) makes an id, the ranks share them (here over a first
+ * communicator; a launcher uses its store), and every rank joins with all
+ * of them. same: nId copies of one id, which is one root. */
+struct scalable_case {
+  int nranks, nid, same;
+};
+
+static int block_first(int k, int nranks, int nid) {
+  int rem = nranks % nid;
+  return k * (nranks / nid) + (k < rem ? k : rem);
+}
+
+static int scalable_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  const struct scalable_case *c = arg;
+  ncclComm_t world = NULL;
+  HNCCL(ncclCommInitRank(&world, nranks, id, rank));
+  ncclUniqueId mine, all[8], ids[8];
+  memset(&mine, 0, sizeof mine);
+  int makes = c->same ? rank == 0 : 0;
+  for (int k = 0; k < c->nid && !c->same; k++) makes |= rank == block_first(k, nranks, c->nid);
+  if (makes) HNCCL(ncclGetUniqueId(&mine));
+  HNCCL(ncclAllGather(&mine, all, sizeof mine, ncclUint8, world, NULL));
+  for (int k = 0; k < c->nid; k++) ids[k] = all[c->same ? 0 : block_first(k, nranks, c->nid)];
+
+  ncclComm_t comm = NULL;
+  HNCCL(ncclCommInitRankScalable(&comm, nranks, rank, c->nid, ids, NULL));
+  int tags[8];
+  for (int r = 0; r < nranks; r++) tags[r] = 10 * r + 3;
+  if (check_identity(comm, nranks, rank) || check_members(comm, nranks, rank, 10 * rank + 3, tags))
+    return 1;
+  /* A split of it bootstraps on one root again. */
+  ncclComm_t half = NULL;
+  HNCCL(ncclCommSplit(comm, rank % 2, rank, &half, NULL));
+  if (check_identity(half, (nranks + 1 - rank % 2) / 2, rank / 2)) return 1;
+  HNCCL(ncclCommDestroy(half));
+  HNCCL(ncclCommDestroy(comm));
+  HNCCL(ncclCommDestroy(world));
+  return 0;
+}
+
+/* How many roots the logs say served a block with a neighbour. */
+static int roots_with_blocks(const char *logs) {
+  int n = 0;
+  for (const char *p = logs; (p = strstr(p, "registered, and rank ")) != NULL; p++) n++;
+  return n;
+}
+
+static const struct scalable_case scalable_cases[] = {
+    {5, 1, 0}, {5, 2, 0}, {5, 3, 0}, {5, 5, 0}, {2, 2, 0}, {6, 4, 0}, {5, 3, 1},
+};
+
+START_TEST(test_scalable_procs) {
+  const struct scalable_case *c = &scalable_cases[_i];
+  char why[8192];
+  char *logs = NULL;
+  int rc = harness_procs_logged(c->nranks, 60, "BOOTSTRAP", scalable_rank, (void *)c, &logs, why,
+                                sizeof why);
+  ck_assert_msg(rc == 0, "%d ranks, %d ids%s: %s", c->nranks, c->nid, c->same ? " (one id)" : "",
+                why);
+  /* Several distinct ids: that many roots, each with its block and the
+   * next block's first rank; one id however often passed: no blocks. */
+  int want = c->same || c->nid == 1 ? 0 : c->nid;
+  int got = roots_with_blocks(logs != NULL ? logs : "");
+  ck_assert_msg(got == want, "%d ranks, %d ids%s: %d roots served a block, expected %d:\n%s",
+                c->nranks, c->nid, c->same ? " (one id)" : "", got, want, logs ? logs : "");
+  free(logs);
+}
+END_TEST
+
+START_TEST(test_scalable_threads) {
+  const struct scalable_case c = {4, 2, 0};
+  char why[8192];
+  int rc = harness_threads(c.nranks, 60, scalable_rank, (void *)&c, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+/* A rank of the second block never joins: its root tells the block which
+ * rank is missing, and no rank of either block hangs. */
+static int scalable_missing_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t world = NULL;
+  HNCCL(ncclCommInitRank(&world, nranks, id, rank));
+  ncclUniqueId mine, all[4], ids[2];
+  memset(&mine, 0, sizeof mine);
+  if (rank == 0 || rank == 2) HNCCL(ncclGetUniqueId(&mine));
+  HNCCL(ncclAllGather(&mine, all, sizeof mine, ncclUint8, world, NULL));
+  ids[0] = all[0];
+  ids[1] = all[2];
+  HNCCL(ncclCommDestroy(world));
+  if (rank == 3) return 0; /* the missing one */
+  ncclComm_t comm = NULL;
+  ncclResult_t res = ncclCommInitRankScalable(&comm, nranks, rank, 2, ids, NULL);
+  HCHECK(res != ncclSuccess, "rank %d joined a communicator whose rank 3 never came", rank);
+  const char *msg = ncclGetLastError(NULL);
+  if (rank == 2)
+    HCHECK(strstr(msg, "rank 3 of 4") != NULL, "rank 2's error does not name rank 3: %s", msg);
+  return 0;
+}
+
+START_TEST(test_scalable_missing) {
+  char why[8192];
+  /* The roots' hosts (ranks 0 and 2) must outlive their roots' verdicts. */
+  int rc = harness_procs(4, 60, scalable_missing_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 START_TEST(test_version) {
   int version = -1;
   ck_assert_int_eq(ncclGetVersion(&version), ncclSuccess);
@@ -176,6 +287,14 @@ int main(void) {
   tcase_set_timeout(tc, 90);
   tcase_add_test(tc, test_split_procs);
   tcase_add_test(tc, test_split_threads);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("scalable");
+  tcase_set_timeout(tc, 90);
+  tcase_add_loop_test(tc, test_scalable_procs, 0,
+                      (int)(sizeof scalable_cases / sizeof scalable_cases[0]));
+  tcase_add_test(tc, test_scalable_threads);
+  tcase_add_test(tc, test_scalable_missing);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("queries");

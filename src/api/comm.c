@@ -30,27 +30,35 @@ static ncclResult_t check_rank_args(const char *caller, ncclComm_t *comm, int nr
   return ncclSuccess;
 }
 
-static ncclResult_t check_unique_id(const char *caller, const ncclUniqueId *id) {
-  const struct weft_unique_id *body = (const struct weft_unique_id *)id;
-  if (body->magic != WEFT_ID_MAGIC && body->magic != WEFT_ID_MAGIC_COMM_ID) {
-    WARN("%s: commId is not an id made by ncclGetUniqueId (bad magic 0x%llx)", caller,
-         (unsigned long long)body->magic);
-    return ncclInvalidArgument;
+/* ids[0..nids-1]: the commId of ncclCommInitRank*, or the commIds of
+ * ncclCommInitRankScalable (arg names them in a WARN). */
+static ncclResult_t check_unique_ids(const char *caller, const char *arg, const ncclUniqueId *ids,
+                                     int nids) {
+  for (int k = 0; k < nids; k++) {
+    const struct weft_unique_id *body = (const struct weft_unique_id *)&ids[k];
+    if (body->magic != WEFT_ID_MAGIC && body->magic != WEFT_ID_MAGIC_COMM_ID) {
+      if (nids == 1)
+        WARN("%s: %s is not an id made by ncclGetUniqueId (bad magic 0x%llx)", caller, arg,
+             (unsigned long long)body->magic);
+      else
+        WARN("%s: %s[%d] is not an id made by ncclGetUniqueId (bad magic 0x%llx)", caller, arg, k,
+             (unsigned long long)body->magic);
+      return ncclInvalidArgument;
+    }
   }
   return ncclSuccess;
 }
 
 static ncclResult_t init_rank(const char *caller, ncclComm_t *comm, int nranks,
-                              ncclUniqueId commId, int rank, ncclConfig_t *config) {
-  WEFT_CHECK(check_rank_args(caller, comm, nranks, rank));
-  WEFT_CHECK(check_unique_id(caller, &commId));
+                              const ncclUniqueId *ids, int nids, int rank, ncclConfig_t *config) {
   ncclConfig_t cfg;
   WEFT_CHECK(weft_config_normalize(caller, config, &cfg));
   *comm = NULL;
   /* Inside a group, creating a rank waits for the others, so it is started
    * now and finished at ncclGroupEnd: one thread can create every rank. */
   int in_group = weft_group_depth() > 0;
-  ncclResult_t res = weft_comm_create(&commId, nranks, rank, &cfg, in_group || !cfg.blocking, comm);
+  ncclResult_t res =
+      weft_comm_create(ids, nids, nranks, rank, &cfg, in_group || !cfg.blocking, comm);
   if (in_group && res == ncclInProgress) {
     WEFT_CHECK(weft_group_add_init(*comm));
     return cfg.blocking ? ncclSuccess : ncclInProgress;
@@ -60,15 +68,41 @@ static ncclResult_t init_rank(const char *caller, ncclComm_t *comm, int nranks,
 
 WEFT_API ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                        int rank) {
-  return init_rank("ncclCommInitRank", comm, nranks, commId, rank, NULL);
+  static const char caller[] = "ncclCommInitRank";
+  WEFT_CHECK(check_rank_args(caller, comm, nranks, rank));
+  WEFT_CHECK(check_unique_ids(caller, "commId", &commId, 1));
+  return init_rank(caller, comm, nranks, &commId, 1, rank, NULL);
 }
 WEFT_ALIAS(ncclCommInitRank)
 
 WEFT_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                              int rank, ncclConfig_t *config) {
-  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, rank, config);
+  static const char caller[] = "ncclCommInitRankConfig";
+  WEFT_CHECK(check_rank_args(caller, comm, nranks, rank));
+  WEFT_CHECK(check_unique_ids(caller, "commId", &commId, 1));
+  return init_rank(caller, comm, nranks, &commId, 1, rank, config);
 }
 WEFT_ALIAS(ncclCommInitRankConfig)
+
+/* Several roots share the ranks' bootstrap (core/bootstrap.c: NCCL's
+ * blocks); every rank passes the same nId ids. */
+WEFT_API ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
+                                               ncclUniqueId *commIds, ncclConfig_t *config) {
+  static const char caller[] = "ncclCommInitRankScalable";
+  WEFT_CHECK(check_rank_args(caller, newcomm, nranks, myrank));
+  if (nId < 1 || nId > nranks) {
+    WARN("%s: nId is %d, expected 1..%d (at most one root per rank; nranks %d)", caller, nId,
+         nranks, nranks);
+    return ncclInvalidArgument;
+  }
+  if (commIds == NULL) {
+    WARN("%s: commIds is NULL, expected an array of %d ids from ncclGetUniqueId", caller, nId);
+    return ncclInvalidArgument;
+  }
+  WEFT_CHECK(check_unique_ids(caller, "commIds", commIds, nId));
+  return init_rank(caller, newcomm, nranks, commIds, nId, myrank, config);
+}
+WEFT_ALIAS(ncclCommInitRankScalable)
 
 struct init_all_job {
   ncclComm_t *slot;
@@ -85,7 +119,7 @@ static void *init_all_main(void *arg) {
   ncclConfig_t cfg;
   job->res = weft_config_normalize("ncclCommInitAll", NULL, &cfg);
   if (job->res == ncclSuccess)
-    job->res = weft_comm_create(&job->id, job->nranks, job->rank, &cfg, 0, job->slot);
+    job->res = weft_comm_create(&job->id, 1, job->nranks, job->rank, &cfg, 0, job->slot);
   return NULL;
 }
 
@@ -137,8 +171,7 @@ WEFT_API ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *de
   }
   for (int i = 0; devlist != NULL && i < ndev; i++) {
     if (devlist[i] < 0) {
-      WARN("ncclCommInitAll: devlist[%d] is %d, expected a CUDA device number >= 0", i,
-           devlist[i]);
+      WARN("ncclCommInitAll: devlist[%d] is %d, expected a CUDA device number >= 0", i, devlist[i]);
       return ncclInvalidArgument;
     }
   }

@@ -35,11 +35,6 @@ ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devC
   WEFT_ALIAS(fn)
 
 /* Communicator lifecycle */
-/* clang-format would read "ncclComm_t *newcomm" below as a multiplication. */
-/* clang-format off */
-WEFT_UNSUPPORTED(ncclCommInitRankScalable, (ncclComm_t *newcomm, int nranks, int myrank, int nId,
-                                            ncclUniqueId *commIds, ncclConfig_t *config))
-/* clang-format on */
 WEFT_UNSUPPORTED(ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
 
 /* Device API: said plainly, since "yet" would promise it. */

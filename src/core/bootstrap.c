@@ -227,63 +227,113 @@ static ncclResult_t bs_root_verdict(struct weft_bootstrap *b, const struct weft_
   return ncclRemoteError;
 }
 
-/* One registration. *closed_out says the root closed the connection
- * before answering: a listener under a flood may have evicted it. */
-static ncclResult_t bs_register_once(struct weft_bootstrap *b, const struct weft_unique_id *id,
-                                     const char *what, int64_t deadline,
-                                     union weft_sockaddr *next_out, int *closed_out) {
-  struct weft_boot_reg reg = {.secret = b->secret,
+/* ---- Registration ------------------------------------------------------------ */
+
+/* ncclCommInitRankScalable spreads the ranks over nroots roots in blocks,
+ * as NCCL does: the first nranks % nroots blocks have one rank more. */
+static int block_first(int k, int nranks, int nroots) {
+  int rem = nranks % nroots;
+  return k * (nranks / nroots) + (k < rem ? k : rem);
+}
+static int block_count(int k, int nranks, int nroots) {
+  return nranks / nroots + (k < nranks % nroots);
+}
+static int block_of(int rank, int nranks, int nroots) {
+  int per = nranks / nroots, rem = nranks % nroots, big = rem * (per + 1);
+  return rank < big ? rank / (per + 1) : (rank - big) / per + rem;
+}
+
+/* One registration with one root: the block it serves, and the open
+ * connection while its reply is awaited. */
+struct bs_reg {
+  const struct weft_unique_id *id;
+  int first, count;
+  int fd;
+  char what[INET6_ADDRSTRLEN + 64];
+};
+
+static void bs_reg_init(struct bs_reg *g, const struct weft_unique_id *id, int k, int nranks,
+                        int nroots) {
+  g->id = id;
+  g->first = block_first(k, nranks, nroots);
+  g->count = block_count(k, nranks, nroots);
+  g->fd = -1;
+  root_what(id, g->what, sizeof(g->what));
+}
+
+/* Connects and sends the registration; the reply is read by bs_reg_reply,
+ * so a rank can register with two roots before it waits on either. */
+static ncclResult_t bs_reg_send(struct weft_bootstrap *b, struct bs_reg *g, int64_t deadline) {
+  struct weft_boot_reg reg = {.secret = g->id->secret,
                               .magic = WEFT_BOOT_REG_MAGIC,
                               .rank = b->rank,
                               .nranks = b->nranks,
-                              .addr = b->addrs[b->rank]};
-  struct weft_boot_reply reply;
-  int fd;
-  *closed_out = 0;
-  if (weft_socket_connect(&id->root, deadline, &fd) != ncclSuccess) {
-    WARN("bootstrap rank %d: cannot reach %s", b->rank, what);
+                              .addr = b->addrs[b->rank],
+                              .first = g->first,
+                              .count = g->count};
+  if (weft_socket_connect(&g->id->root, deadline, &g->fd) != ncclSuccess) {
+    WARN("bootstrap rank %d: cannot reach %s", b->rank, g->what);
     return ncclSystemError;
   }
-  ncclResult_t res = bs_xfer(b, fd, 1, &reg, sizeof(reg), deadline, what);
-  /* The root waits WEFT_TIMEOUT from the first registration, no later than
-   * ours; we wait a little longer to hear its verdict. */
-  int64_t reply_deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
-  if (res == ncclSuccess) res = bs_xfer(b, fd, 0, &reply, sizeof(reply), reply_deadline, what);
-  if (res == ncclRemoteError) *closed_out = 1;
-  if (res == ncclSuccess && reply.status != WEFT_BOOT_REPLY_OK)
-    res = bs_root_verdict(b, id, fd, &reply, reply_deadline, what);
-  weft_socket_close(&fd);
-  if (res == ncclSuccess) *next_out = reply.next;
+  ncclResult_t res = bs_xfer(b, g->fd, 1, &reg, sizeof(reg), deadline, g->what);
+  if (res != ncclSuccess) weft_socket_close(&g->fd);
   return res;
 }
 
-/* Registers with the root; next_out gets the ring-next rank's address. A
- * connection closed before the root answered is tried again until the
- * deadline: a root never closes a rank it registered before replying. */
-static ncclResult_t bs_register(struct weft_bootstrap *b, const struct weft_unique_id *id,
+/* Reads the root's answer. *closed_out says the root closed the connection
+ * before answering: a listener under a flood may have evicted it. */
+static ncclResult_t bs_reg_reply(struct weft_bootstrap *b, struct bs_reg *g,
+                                 union weft_sockaddr *next_out, int *closed_out) {
+  struct weft_boot_reply reply;
+  *closed_out = 0;
+  /* The root waits WEFT_TIMEOUT from the first registration, no later than
+   * ours; we wait a little longer to hear its verdict. */
+  int64_t reply_deadline = weft_deadline_default() + WEFT_BOOT_REPLY_GRACE_MS;
+  ncclResult_t res = bs_xfer(b, g->fd, 0, &reply, sizeof(reply), reply_deadline, g->what);
+  if (res == ncclRemoteError) *closed_out = 1;
+  if (res == ncclSuccess && reply.status != WEFT_BOOT_REPLY_OK)
+    res = bs_root_verdict(b, g->id, g->fd, &reply, reply_deadline, g->what);
+  weft_socket_close(&g->fd);
+  if (res == ncclSuccess && next_out != NULL) *next_out = reply.next;
+  return res;
+}
+
+/* Registers with each of the n roots in regs (all sent before any answer is
+ * awaited: two roots may each wait for the other's rank); next_out gets the
+ * ring-next rank's address from the first. A connection closed before its
+ * root answered is tried again until the deadline: a root never closes a
+ * rank it registered before replying. */
+static ncclResult_t bs_register(struct weft_bootstrap *b, struct bs_reg *regs, int n,
                                 union weft_sockaddr *next_out) {
-  char what[INET6_ADDRSTRLEN + 64];
-  root_what(id, what, sizeof(what));
   int64_t deadline = weft_deadline_default();
-  for (int attempt = 1;; attempt++) {
-    int closed;
-    ncclResult_t res = bs_register_once(b, id, what, deadline, next_out, &closed);
-    if (!closed) return res;
-    if (weft_time_ms() + BS_REGISTER_RETRY_MS >= deadline) {
-      WARN("bootstrap rank %d: %s closed the connection before answering, %d times in %d s%s",
-           b->rank, what, attempt, b->timeout_s,
-           id->magic == WEFT_ID_MAGIC_COMM_ID
-               ? "; is another process using the NCCL_COMM_ID port, or is it flooded?"
-               : "; is it flooded?");
-      return res;
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n && res == ncclSuccess; i++) res = bs_reg_send(b, &regs[i], deadline);
+  for (int i = 0; i < n && res == ncclSuccess; i++) {
+    struct bs_reg *g = &regs[i];
+    for (int attempt = 1;; attempt++) {
+      int closed;
+      res = bs_reg_reply(b, g, i == 0 ? next_out : NULL, &closed);
+      if (!closed) break;
+      if (weft_time_ms() + BS_REGISTER_RETRY_MS >= deadline) {
+        WARN("bootstrap rank %d: %s closed the connection before answering, %d times in %d s%s",
+             b->rank, g->what, attempt, b->timeout_s,
+             g->id->magic == WEFT_ID_MAGIC_COMM_ID
+                 ? "; is another process using the NCCL_COMM_ID port, or is it flooded?"
+                 : "; is it flooded?");
+        break;
+      }
+      INFO(WEFT_BOOTSTRAP,
+           "bootstrap rank %d: %s closed the connection before answering; "
+           "registering again",
+           b->rank, g->what);
+      struct timespec ts = {.tv_sec = 0, .tv_nsec = BS_REGISTER_RETRY_MS * 1000000L};
+      nanosleep(&ts, NULL);
+      res = bs_reg_send(b, g, deadline);
+      if (res != ncclSuccess) break;
     }
-    INFO(WEFT_BOOTSTRAP,
-         "bootstrap rank %d: %s closed the connection before answering; "
-         "registering again",
-         b->rank, what);
-    struct timespec ts = {.tv_sec = 0, .tv_nsec = BS_REGISTER_RETRY_MS * 1000000L};
-    nanosleep(&ts, NULL);
   }
+  for (int i = 0; i < n; i++) weft_socket_close(&regs[i].fd);
+  return res;
 }
 
 /* Connects to ring next and waits for ring prev to connect to us. */
@@ -303,43 +353,89 @@ static ncclResult_t bs_ring_connect(struct weft_bootstrap *b, const union weft_s
   return ncclSuccess;
 }
 
-ncclResult_t weft_bootstrap_create(const ncclUniqueId *id_in, int rank, int nranks,
-                                   struct weft_bootstrap **out) {
-  struct weft_unique_id id;
-  memcpy(&id, id_in->internal, sizeof(id));
-  if (id.magic != WEFT_ID_MAGIC && id.magic != WEFT_ID_MAGIC_COMM_ID) {
-    WARN("bootstrap rank %d: the ncclUniqueId was not made by ncclGetUniqueId", rank);
-    return ncclInvalidArgument;
+/* Reads and checks the ids; several byte-identical ids are one root. */
+static ncclResult_t ids_read(const ncclUniqueId *ids_in, int nids, int rank,
+                             struct weft_unique_id *ids, int *nroots_out) {
+  int same = 1;
+  for (int k = 0; k < nids; k++) {
+    memcpy(&ids[k], ids_in[k].internal, sizeof(ids[k]));
+    if (ids[k].magic != WEFT_ID_MAGIC && ids[k].magic != WEFT_ID_MAGIC_COMM_ID) {
+      WARN("bootstrap rank %d: commIds[%d] was not made by ncclGetUniqueId", rank, k);
+      return ncclInvalidArgument;
+    }
+    same = same && memcmp(&ids_in[k], &ids_in[0], sizeof(ids_in[0])) == 0;
   }
+  *nroots_out = same ? 1 : nids;
+  for (int k = 0; k<*nroots_out && * nroots_out> 1; k++)
+    if (ids[k].magic == WEFT_ID_MAGIC_COMM_ID) {
+      WARN(
+          "bootstrap rank %d: commIds[%d] comes from NCCL_COMM_ID, which names one root; several "
+          "roots need ids from ncclGetUniqueId without NCCL_COMM_ID",
+          rank, k);
+      return ncclInvalidArgument;
+    }
+  return ncclSuccess;
+}
+
+ncclResult_t weft_bootstrap_create(const ncclUniqueId *ids_in, int nids, int rank, int nranks,
+                                   struct weft_bootstrap **out) {
   if (nranks < 1 || nranks > WEFT_BOOT_MAX_RANKS || rank < 0 || rank >= nranks) {
     WARN("bootstrap: rank %d of %d is out of range", rank, nranks);
     return ncclInvalidArgument;
   }
+  if (nids < 1 || nids > nranks) {
+    WARN("bootstrap rank %d: %d roots for %d ranks (expected 1..%d)", rank, nids, nranks, nranks);
+    return ncclInvalidArgument;
+  }
+  struct weft_unique_id *ids = malloc((size_t)nids * sizeof(*ids));
+  if (ids == NULL) {
+    WARN("bootstrap rank %d: out of memory for %d ids", rank, nids);
+    return ncclSystemError;
+  }
   struct weft_bootstrap *b = NULL;
+  struct bs_reg regs[2];
   union weft_sockaddr next, root;
-  ncclResult_t res;
-  WEFT_CHECK(bs_alloc(rank, nranks, id.secret, &b));
+  int nroots = 1;
+  ncclResult_t res = ids_read(ids_in, nids, rank, ids, &nroots);
+  if (res != ncclSuccess) goto fail;
+  /* The first id's secret is the communicator's: ranks present it to each
+   * other; each root is presented its own. */
+  WEFT_CHECK_GOTO(bs_alloc(rank, nranks, ids[0].secret, &b), res, fail);
   WEFT_CHECK_GOTO(bs_listen(b), res, fail);
-  if (id.magic == WEFT_ID_MAGIC_COMM_ID && rank == 0) {
-    res = weft_bootstrap_root_start(&id.root, id.secret, &root);
+  if (ids[0].magic == WEFT_ID_MAGIC_COMM_ID && rank == 0) {
+    res = weft_bootstrap_root_start(&ids[0].root, ids[0].secret, &root);
     if (res != ncclSuccess) {
       char text[INET6_ADDRSTRLEN + 16];
       WARN(
           "bootstrap rank 0: cannot host the bootstrap root on %s (NCCL_COMM_ID): is another "
           "job or communicator using that port?",
-          weft_sockaddr_str(&id.root, text, sizeof(text)));
+          weft_sockaddr_str(&ids[0].root, text, sizeof(text)));
       goto fail;
     }
   }
-  WEFT_CHECK_GOTO(bs_register(b, &id, &next), res, fail);
+  /* This rank's block's root; the first rank of a block is also the
+   * previous block's neighbour. */
+  int k = block_of(rank, nranks, nroots), nregs = 1;
+  bs_reg_init(&regs[0], &ids[k], k, nranks, nroots);
+  if (nroots > 1 && rank == regs[0].first) {
+    int prev = (k + nroots - 1) % nroots;
+    bs_reg_init(&regs[nregs++], &ids[prev], prev, nranks, nroots);
+  }
+  WEFT_CHECK_GOTO(bs_register(b, regs, nregs, &next), res, fail);
   if (nranks > 1) {
     WEFT_CHECK_GOTO(bs_ring_connect(b, &next), res, fail);
     WEFT_CHECK_GOTO(weft_bootstrap_allgather(b, b->addrs, sizeof(*b->addrs)), res, fail);
   }
-  INFO(WEFT_BOOTSTRAP, "bootstrap rank %d of %d: connected", rank, nranks);
+  if (nroots > 1)
+    INFO(WEFT_BOOTSTRAP, "bootstrap rank %d of %d: connected (root %d of %d, ranks %d..%d)", rank,
+         nranks, k, nroots, regs[0].first, regs[0].first + regs[0].count - 1);
+  else
+    INFO(WEFT_BOOTSTRAP, "bootstrap rank %d of %d: connected", rank, nranks);
+  free(ids);
   *out = b;
   return ncclSuccess;
 fail:
+  free(ids);
   weft_bootstrap_destroy(b);
   return res;
 }

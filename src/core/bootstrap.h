@@ -35,10 +35,12 @@ ncclResult_t weft_bootstrap_get_unique_id(ncclUniqueId *id_out);
  * must not all meet on the one NCCL_COMM_ID port. */
 ncclResult_t weft_bootstrap_new_id(ncclUniqueId *id_out);
 
-/* Registers rank with the root named in id and connects the ring of
- * bootstrap peers. Every wait ends by WEFT_TIMEOUT; a timeout names the
- * ranks that did not arrive. */
-ncclResult_t weft_bootstrap_create(const ncclUniqueId *id, int rank, int nranks,
+/* Registers rank with the root named in its id and connects the ring of
+ * bootstrap peers. nids ids (1..nranks, every rank passing the same ones:
+ * ncclCommInitRankScalable) spread the ranks over that many roots in
+ * blocks, as NCCL does; ids[0]'s secret is the communicator's. Every wait
+ * ends by WEFT_TIMEOUT; a timeout names the ranks that did not arrive. */
+ncclResult_t weft_bootstrap_create(const ncclUniqueId *ids, int nids, int rank, int nranks,
                                    struct weft_bootstrap **out);
 
 /* In-place all-gather: all holds nranks blocks of size bytes; block `rank`

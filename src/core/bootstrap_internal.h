@@ -31,6 +31,13 @@ struct weft_boot_reg { /* rank -> root */
   int32_t rank;
   int32_t nranks;
   union weft_sockaddr addr; /* the rank's own bootstrap listener */
+  /* The ranks this root serves, first .. first + count - 1 (all of them
+   * unless ncclCommInitRankScalable spread them over several roots). With
+   * several roots, the rank after the block (its ring next) registers too,
+   * as the block's neighbour, so the root can tell the block's last rank
+   * where to connect. */
+  int32_t first;
+  int32_t count;
 };
 
 /* weft_boot_reply.status: after one that is not OK, len bytes of text follow. */

@@ -1,6 +1,10 @@
 /* The bootstrap root: a detached thread that introduces the ranks of one
  * communicator. Each rank registers (rank, nranks, its listen address); once
- * all have, each learns its ring-next's address and the thread exits. If
+ * all have, each learns its ring-next's address and the thread exits. A
+ * communicator made by ncclCommInitRankScalable spreads its ranks over
+ * several roots in blocks (NCCL's rule: bootstrap.c); a root then serves
+ * its block and hears from one more rank, the first of the next block,
+ * whose address its block's last rank needs. If
  * WEFT_TIMEOUT passes first, every registered rank is told which ranks are
  * missing. The thread owns all it allocates and frees it before it ends. */
 #include <errno.h>
@@ -26,6 +30,9 @@ struct root {
   struct weft_gate gate;
   char name[INET6_ADDRSTRLEN + 32]; /* "bootstrap root 1.2.3.4:5" */
   int nranks;                       /* 0 until the first registration */
+  int first, count;                 /* the block of ranks served */
+  int neighbour;                    /* first rank after the block, or -1 */
+  int expect;                       /* registrations: count + 1 with a neighbour */
   int nreg;
   int *fds;
   union weft_sockaddr *addrs;
@@ -80,7 +87,8 @@ static void root_untrack_close(int *fd) {
 
 /* ---- Registration ---------------------------------------------------------- */
 
-static const char *root_first_registration(struct root *r, int nranks) {
+static const char *root_first_registration(struct root *r, const struct weft_boot_reg *reg) {
+  const int nranks = reg->nranks;
   r->fds = malloc((size_t)nranks * sizeof(*r->fds));
   r->addrs = calloc((size_t)nranks, sizeof(*r->addrs));
   if (r->fds == NULL || r->addrs == NULL) {
@@ -92,9 +100,18 @@ static const char *root_first_registration(struct root *r, int nranks) {
   }
   for (int i = 0; i < nranks; i++) r->fds[i] = -1;
   r->nranks = nranks;
+  r->first = reg->first;
+  r->count = reg->count;
+  r->neighbour = reg->count < nranks ? (reg->first + reg->count) % nranks : -1;
+  r->expect = reg->count + (r->neighbour >= 0);
   /* The clock starts with the first rank: before that, nobody is late. */
   r->deadline = weft_time_ms() + (int64_t)r->timeout_s * 1000;
   return NULL;
+}
+
+/* Whether rank i registers here: one of the block, or its neighbour. */
+static int root_expects(const struct root *r, int i) {
+  return (i >= r->first && i < r->first + r->count) || i == r->neighbour;
 }
 
 static const char *root_admit(void *ctx, int fd, const void *first) {
@@ -111,12 +128,28 @@ static const char *root_admit(void *ctx, int fd, const void *first) {
              (int)reg.nranks);
     return r->reason;
   }
+  if (reg.first < 0 || reg.count < 1 || reg.count > reg.nranks - reg.first) {
+    snprintf(r->reason, sizeof(r->reason), "registration for a block of %d ranks from %d, of %d",
+             (int)reg.count, (int)reg.first, (int)reg.nranks);
+    return r->reason;
+  }
   if (r->nranks == 0) {
-    const char *why = root_first_registration(r, reg.nranks);
+    const char *why = root_first_registration(r, &reg);
     if (why != NULL) return why;
   } else if (reg.nranks != r->nranks) {
     snprintf(r->reason, sizeof(r->reason), "rank %d registered for %d ranks, others for %d",
              (int)reg.rank, (int)reg.nranks, r->nranks);
+    return r->reason;
+  } else if (reg.first != r->first || reg.count != r->count) {
+    snprintf(r->reason, sizeof(r->reason),
+             "rank %d registered for ranks %d..%d at this root, others for %d..%d", (int)reg.rank,
+             (int)reg.first, (int)(reg.first + reg.count - 1), r->first, r->first + r->count - 1);
+    return r->reason;
+  }
+  if (!root_expects(r, reg.rank)) {
+    snprintf(r->reason, sizeof(r->reason),
+             "rank %d registered at the root of ranks %d..%d (and %d after them)", (int)reg.rank,
+             r->first, r->first + r->count - 1, r->neighbour);
     return r->reason;
   }
   if (r->fds[reg.rank] >= 0) {
@@ -166,22 +199,32 @@ static void root_reply(struct root *r, int rank, const struct weft_boot_reply *r
     (void)weft_socket_send_all(r->fds[rank], text, (size_t)reply->len, deadline, what);
 }
 
+/* Each rank of the block learns its ring next; the neighbour hears only
+ * that the block is complete. */
 static void root_send_ring(struct root *r) {
-  for (int i = 0; i < r->nranks; i++) {
+  for (int i = r->first; i < r->first + r->count; i++) {
     struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_OK, .len = 0};
     reply.next = r->addrs[(i + 1) % r->nranks];
     root_reply(r, i, &reply, NULL);
   }
-  INFO(WEFT_BOOTSTRAP, "%s: all %d ranks registered", r->name, r->nranks);
+  if (r->neighbour >= 0) {
+    struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_OK, .len = 0};
+    reply.next = r->addrs[r->neighbour];
+    root_reply(r, r->neighbour, &reply, NULL);
+    INFO(WEFT_BOOTSTRAP, "%s: ranks %d..%d of %d registered, and rank %d after them", r->name,
+         r->first, r->first + r->count - 1, r->nranks, r->neighbour);
+  } else {
+    INFO(WEFT_BOOTSTRAP, "%s: all %d ranks registered", r->name, r->nranks);
+  }
 }
 
 /* "rank 2 of 3" or "ranks 3, 5 of 8", the list cut short if it is long. */
 static void root_missing_text(const struct root *r, const char *verdict, char *out, size_t size) {
-  int missing = r->nranks - r->nreg;
+  int missing = r->expect - r->nreg;
   size_t n = (size_t)snprintf(out, size, "%s ", missing == 1 ? "rank" : "ranks");
   int listed = 0;
   for (int i = 0; i < r->nranks && n < size; i++) {
-    if (r->fds[i] >= 0) continue;
+    if (r->fds[i] >= 0 || !root_expects(r, i)) continue;
     if (n + 48 > size) {
       n += (size_t)snprintf(out + n, size - n, "... (%d more)", missing - listed);
       break;
@@ -211,7 +254,7 @@ static void root_free(struct root *r) {
 
 static void root_finish(struct root *r, ncclResult_t res) {
   char text[WEFT_BOOT_ERROR_MAX], verdict[sizeof(r->name) + 64], flood[200];
-  if (r->nranks > 0 && r->nreg == r->nranks) {
+  if (r->nranks > 0 && r->nreg == r->expect) {
     root_send_ring(r);
   } else if (r->nreg > 0) {
     if (res == ncclSuccess)
@@ -235,7 +278,7 @@ static void root_finish(struct root *r, ncclResult_t res) {
 static void *root_main(void *arg) {
   struct root *r = arg;
   ncclResult_t res = ncclSuccess;
-  while (r->nranks == 0 || r->nreg < r->nranks) {
+  while (r->nranks == 0 || r->nreg < r->expect) {
     if (weft_time_ms() >= r->deadline) break;
     res = weft_gate_poll(&r->gate, NULL, 0, r->deadline);
     if (res != ncclSuccess) break;

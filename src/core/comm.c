@@ -120,11 +120,11 @@ static ncclResult_t exchange_peer_info(struct ncclComm *comm) {
   return ncclSuccess;
 }
 
-static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id) {
+static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *ids, int nids) {
   weft_log_set_rank(comm->rank);
   weft_device_select(comm->cuda_dev); /* a non-blocking init runs on its own thread */
   weft_param_print_all();
-  WEFT_CHECK(weft_bootstrap_create(id, comm->rank, comm->nranks, &comm->bootstrap));
+  WEFT_CHECK(weft_bootstrap_create(ids, nids, comm->rank, comm->nranks, &comm->bootstrap));
   WEFT_CHECK(exchange_peer_info(comm));
   WEFT_CHECK(weft_failure_start(comm));
   /* Transport per peer and the ring (with ring_next/ring_prev). */
@@ -143,18 +143,19 @@ static ncclResult_t comm_init_body(struct ncclComm *comm, const ncclUniqueId *id
 
 struct init_job {
   struct ncclComm *comm;
-  ncclUniqueId id;
+  int nids;
+  ncclUniqueId ids[]; /* nids */
 };
 
 static void *init_thread_main(void *arg) {
   struct init_job *job = arg;
-  ncclResult_t res = comm_init_body(job->comm, &job->id);
+  ncclResult_t res = comm_init_body(job->comm, job->ids, job->nids);
   atomic_store(&job->comm->async_error, (int)res);
   free(job);
   return NULL;
 }
 
-ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
+ncclResult_t weft_comm_create(const ncclUniqueId *ids, int nids, int nranks, int rank,
                               const ncclConfig_t *config, int async, struct ncclComm **out) {
   weft_log_version();
   struct ncclComm *comm = calloc(1, sizeof(*comm));
@@ -167,11 +168,11 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
   comm->nranks = nranks;
   comm->config = *config;
   comm->cuda_dev = weft_device_current();
-  comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, id, sizeof(*id));
+  comm->comm_hash = fnv1a(0xcbf29ce484222325ULL, &ids[0], sizeof(ids[0]));
   atomic_init(&comm->async_error, ncclInProgress);
   atomic_init(&comm->abort_flag, 0);
   if (!async) {
-    ncclResult_t res = comm_init_body(comm, id);
+    ncclResult_t res = comm_init_body(comm, ids, nids);
     if (res != ncclSuccess) {
       weft_comm_free(comm, 1);
       return res;
@@ -180,14 +181,15 @@ ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
     *out = comm;
     return ncclSuccess;
   }
-  struct init_job *job = malloc(sizeof(*job));
+  struct init_job *job = malloc(sizeof(*job) + (size_t)nids * sizeof(ids[0]));
   if (job == NULL) {
     WARN("rank %d: out of memory", rank);
     free(comm);
     return ncclSystemError;
   }
   job->comm = comm;
-  job->id = *id;
+  job->nids = nids;
+  memcpy(job->ids, ids, (size_t)nids * sizeof(ids[0]));
   int err = pthread_create(&comm->init_thread, NULL, init_thread_main, job);
   if (err != 0) {
     WARN("rank %d: cannot start the init thread: %s", rank, strerror(err));

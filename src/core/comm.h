@@ -158,11 +158,12 @@ ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller);
 /* Records err as the communicator's fatal error (first one wins). */
 void weft_comm_set_error(struct ncclComm *comm, ncclResult_t err);
 
-/* Creates rank `rank` of nranks on id with a normalised config. Without
- * `async` it returns when the communicator is ready; with it, it returns
+/* Creates rank `rank` of nranks on the nids ids (one, or several roots:
+ * weft_bootstrap_create) with a normalised config. Without `async` it
+ * returns when the communicator is ready; with it, it returns
  * ncclInProgress at once with *out set and finishes on a thread (joined by
  * weft_comm_init_wait) whose result ncclCommGetAsyncError reports. */
-ncclResult_t weft_comm_create(const ncclUniqueId *id, int nranks, int rank,
+ncclResult_t weft_comm_create(const ncclUniqueId *ids, int nids, int nranks, int rank,
                               const ncclConfig_t *config, int async, struct ncclComm **out);
 /* Joins an async init; returns its result. */
 ncclResult_t weft_comm_init_wait(struct ncclComm *comm);

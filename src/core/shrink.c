@@ -193,7 +193,7 @@ ncclResult_t weft_comm_shrink(struct ncclComm *parent, const int *exclude, int n
   if (res == ncclSuccess) {
     INFO(WEFT_INIT, "ncclCommShrink: rank %d -> rank %d of %d (%d excluded)", parent->rank, p.me,
          p.nkept, nexclude);
-    res = weft_comm_create(&id, p.nkept, p.me, config, async, out);
+    res = weft_comm_create(&id, 1, p.nkept, p.me, config, async, out);
   }
   free(p.kept);
   return res;

@@ -64,7 +64,7 @@ ncclResult_t weft_comm_split(struct ncclComm *parent, int color, int key,
   WEFT_CHECK_GOTO(split_share_id(parent, members, n, me, tag, &id), res, out);
   INFO(WEFT_INIT, "ncclCommSplit: rank %d color %d key %d -> rank %d of %d", parent->rank, color,
        key, me, n);
-  res = weft_comm_create(&id, n, me, config, !config->blocking, out);
+  res = weft_comm_create(&id, 1, n, me, config, !config->blocking, out);
 out:
   free(all);
   free(members);
