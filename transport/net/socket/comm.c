@@ -279,6 +279,7 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes) {
   struct weft_ns_request *r = request;
   struct weft_ns_comm *c = r->comm;
   *done = 0;
+  atomic_store_explicit(&c->waiter, 0, memory_order_relaxed); /* awake: it looks */
   WEFT_CHECK(ctrl_progress(c));
   ncclResult_t err = (ncclResult_t)atomic_load(&c->err);
   if (err != ncclSuccess) return err;
@@ -324,8 +325,11 @@ int weft_net_socket_wait_fd(void *request) {
     while (read(c->done_fd, &v, sizeof(v)) > 0) {
     }
   }
-  /* Then look: what happens after the look signals again; what happened
-   * before it is seen here, and wakes the waiter at once. */
+  /* Then say a waiter may sleep and look: what finishes after the look
+   * sees the flag and signals; what finished before it is seen here, and
+   * wakes the waiter at once (helper.c, "Wake-ups"). */
+  atomic_store_explicit(&c->waiter, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_seq_cst);
   int ready = r->stage == WEFT_NS_CTRL ? !r->is_send && c->roff < c->rlen /* read ahead */
                                        : atomic_load(&r->pending) == 0;
   if (ready || atomic_load(&c->err) != ncclSuccess) weft__ns_signal_done(c);

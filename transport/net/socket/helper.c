@@ -2,7 +2,17 @@
  * sockets (socket i belongs to thread i % nthreads, as in NCCL) and moves
  * the chunks queued on them, in order. A thread with nothing to move, or
  * whose sockets would block, sleeps in poll() on its sockets and its wake
- * eventfd: it never spins between messages. */
+ * eventfd: it never spins between messages.
+ *
+ * Wake-ups. An eventfd write costs the poster a system call and the woken
+ * thread a read, per message; a thread that is moving chunks needs
+ * neither, since it looks at its queues again before it sleeps. So a
+ * thread says it is going to sleep (sleeping = 1), then looks at its
+ * queues once more, and a poster writes wake_fd only if it sees sleeping
+ * after publishing its chunks; a seq_cst fence on each side between the
+ * write of one flag and the read of the other means one of the two always
+ * sees the other's write (the same holds for a finished request and the
+ * waiter on done_fd: comm->waiter). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -24,6 +34,11 @@ void weft__ns_signal_done(struct weft_ns_comm *c) {
   atomic_store_explicit(&c->done_dirty, 1, memory_order_release);
 }
 
+void weft__ns_signal_if_waiting(struct weft_ns_comm *c) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&c->waiter, memory_order_relaxed)) weft__ns_signal_done(c);
+}
+
 void weft__ns_post_chunks(struct weft_ns_comm *c, struct weft_ns_request *r) {
   size_t chunk = (r->size + (size_t)c->nsocks - 1) / (size_t)c->nsocks;
   if (chunk < WEFT_NS_MIN_CHUNK) chunk = WEFT_NS_MIN_CHUNK;
@@ -42,8 +57,11 @@ void weft__ns_post_chunks(struct weft_ns_comm *c, struct weft_ns_request *r) {
     atomic_store_explicit(&sk->tail, tail + 1, memory_order_release);
     touched |= 1u << (s % c->nthreads);
   }
+  atomic_thread_fence(memory_order_seq_cst);
   for (int t = 0; t < c->nthreads; t++)
-    if (touched & (1u << t)) wake(c->threads[t].wake_fd);
+    if ((touched & (1u << t)) &&
+        atomic_load_explicit(&c->threads[t].sleeping, memory_order_relaxed))
+      wake(c->threads[t].wake_fd);
 }
 
 /* One chunk finished (or failed: the comm's error is set first). */
@@ -51,7 +69,8 @@ static void chunk_done(struct weft_ns_comm *c, struct weft_ns_sock *sk, struct w
   struct weft_ns_request *r = t->req;
   atomic_store_explicit(&sk->head, atomic_load_explicit(&sk->head, memory_order_relaxed) + 1,
                         memory_order_release);
-  if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1) weft__ns_signal_done(c);
+  if (atomic_fetch_sub_explicit(&r->pending, 1, memory_order_acq_rel) == 1)
+    weft__ns_signal_if_waiting(c);
 }
 
 /* Moves socket sk's queued chunks as far as they go. Returns 1 when a chunk
@@ -80,13 +99,33 @@ static void *thread_main(void *arg) {
   struct pollfd p[WEFT_NS_MAX_SOCKS + 1];
   while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
     int np = 0;
+    uint64_t idle = 0; /* own sockets with an empty queue, a bit each */
     p[np++] = (struct pollfd){.fd = th->wake_fd, .events = POLLIN};
-    for (int s = th->index; s < c->nsocks; s += c->nthreads) {
+    for (int s = th->index, i = 0; s < c->nsocks; s += c->nthreads, i++) {
       struct weft_ns_sock *sk = &c->socks[s];
       if (sock_progress(c, sk))
         p[np++] = (struct pollfd){.fd = sk->fd, .events = sk->is_send ? POLLOUT : POLLIN};
+      else
+        idle |= 1ull << i;
     }
-    if (poll(p, (nfds_t)np, -1) < 0 && errno != EINTR) {
+    /* About to sleep: say so, then look once more at the queues that were
+     * empty (a poster that published before the flag was seen left no
+     * wake-up behind). */
+    atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    int more = 0;
+    for (int s = th->index, i = 0; s < c->nsocks && !more; s += c->nthreads, i++) {
+      const struct weft_ns_sock *sk = &c->socks[s];
+      more = (idle & (1ull << i)) && atomic_load_explicit(&sk->head, memory_order_relaxed) !=
+                                       atomic_load_explicit(&sk->tail, memory_order_acquire);
+    }
+    if (more) {
+      atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+      continue;
+    }
+    int polled = poll(p, (nfds_t)np, -1);
+    atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+    if (polled < 0 && errno != EINTR) {
       weft__ns_comm_fail(c, ncclSystemError, errno, "waiting on data sockets");
       /* Nothing can move now; the comm's error ends every request. */
       struct timespec ts = {0, 10 * 1000 * 1000};

@@ -85,6 +85,9 @@ struct weft_ns_thread {
   struct weft_ns_comm *comm;
   int index;
   int wake_fd; /* eventfd: new chunks, or stop */
+  /* The thread is about to sleep, or sleeps, in poll(): only then does a
+   * poster write wake_fd (helper.c, "Wake-ups"). */
+  _Atomic int sleeping;
   int started;
   pthread_t tid;
 };
@@ -127,6 +130,9 @@ struct weft_ns_comm {
   _Atomic int err;        /* the first error (ncclResult_t); the comm is dead after it */
   int done_fd;            /* eventfd: a request's last chunk finished */
   _Atomic int done_dirty; /* done_fd was written since the waiter drained it */
+  /* A waiter may sleep on wait_fd: set by weft_net_socket_wait_fd, cleared
+   * by weft__ns_test; a finished request writes done_fd only while set. */
+  _Atomic int waiter;
   int wait_fd;            /* epoll: done_fd, and the control socket while armed */
   int ctrl_armed;         /* the control socket's events in wait_fd now */
 };
@@ -148,6 +154,9 @@ ncclResult_t weft__ns_comm_fail(struct weft_ns_comm *comm, ncclResult_t res, int
 
 /* Wakes a waiter on the comm's wait descriptor (done_fd, then done_dirty). */
 void weft__ns_signal_done(struct weft_ns_comm *comm);
+/* weft__ns_signal_done if a waiter may be asleep (comm->waiter); the
+ * caller's change is visible to a waiter that then looks. */
+void weft__ns_signal_if_waiting(struct weft_ns_comm *comm);
 
 /* helper.c */
 ncclResult_t weft__ns_threads_start(struct weft_ns_comm *comm);
