@@ -26,6 +26,7 @@
 #include "gpu_harness.h"
 #include "gpu_ref.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define COUNT ((size_t)1031) /* prime, and not gpu_ref's period: blocks differ */
 #define NR 2                 /* ranks of the communicators below */
@@ -538,11 +539,5 @@ int main(void) {
   }
   fflush(stdout);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA is initialized before Check would fork. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

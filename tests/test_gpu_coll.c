@@ -64,6 +64,7 @@
 #include "gpu_harness.h"
 #include "gpu_ref.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 /* A prime count that is not the period: block r of a buffer then starts at
  * a different period position for every r, so a block moved by whole
@@ -497,12 +498,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
   /* The driver has initialized CUDA (the device count); workers are exec'd,
    * never forked copies of it. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "gpu_initall.h"
+#include "suite_run.h"
 
 static const int nranks_of[] = {2, 4};
 static const size_t counts[] = {1, 7, 1000003};
@@ -291,11 +292,5 @@ int main(void) {
   tcase_add_loop_test(tc, group_one_launch, 0, nn);
   tcase_add_test(tc, refusals);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA is initialized before Check would fork. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

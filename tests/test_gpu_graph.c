@@ -30,6 +30,7 @@
 #include "gpu_harness.h"
 #include "gpu_ref.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define AR_COUNT ((size_t)1000003)
 #define AG_COUNT ((size_t)65537)
@@ -432,11 +433,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_threads, 0, NTHREAD_CASES);
   tcase_add_loop_test(tc, test_initall, 0, NINITALL_CASES);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA is initialized before Check would fork. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "gpu_initall.h"
+#include "suite_run.h"
 
 /* Element i of what rank `from` sends rank `to` in replay `rep`. */
 static float val(int from, int to, size_t i, int rep) {
@@ -285,10 +286,5 @@ int main(void) {
     tcase_add_loop_test(tc, cases[i].test, 0, cases[i].loops);
     suite_add_tcase(s, tc);
   }
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

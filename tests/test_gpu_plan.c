@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "gpu_plan_common.h"
+#include "suite_run.h"
 
 START_TEST(ring_allreduce) {
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt32, ncclFloat64};
@@ -304,11 +305,5 @@ int main(void) {
   tcase_set_timeout(ops_tc, 300);
   gpu_plan_ops_add(ops_tc);
   suite_add_tcase(s, ops_tc);
-  SRunner *sr = srunner_create(s);
-  /* CUDA is initialized before Check would fork. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }

@@ -34,6 +34,7 @@
 
 #include "elem.h"
 #include "harness.h"
+#include "suite_run.h"
 
 #define MAXR 3
 #ifndef LARGE                   /* -DLARGE=4099 for a quick (sanitizer) build */
@@ -672,10 +673,5 @@ int main(void) {
   tcase_add_test(tc, abort_in_flight);
   tcase_add_test(tc, capture_refused);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_VERBOSE);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_nofork(s);
 }
