@@ -437,6 +437,7 @@ ncclResult_t weft_failure_start(struct ncclComm *comm) {
   WEFT_PTHREAD_CHECK(pthread_create(&st->thread, NULL, fail_watch_main, st),
                      "starting the failure watcher");
   st->thread_live = 1;
+  pthread_setname_np(st->thread, "weft-watch");
   return ncclSuccess;
 }
 

@@ -293,6 +293,7 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
     free(h);
     return ncclSystemError;
   }
+  pthread_setname_np(h->thread, "weft-host");
   comm->host = h;
   return ncclSuccess;
 }

@@ -182,6 +182,7 @@ static ncclResult_t proxy_get(int dev, int rank, struct weft_proxy **out) {
     free(p);
     return ncclSystemError;
   }
+  pthread_setname_np(p->thread, "weft-proxy");
   INFO(WEFT_INIT | WEFT_NET, "rank %d: started the proxy thread of device %d", rank, dev);
   p->next = proxies;
   proxies = p;

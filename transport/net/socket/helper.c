@@ -157,6 +157,7 @@ ncclResult_t weft__ns_threads_start(struct weft_ns_comm *c) {
       return ncclSystemError;
     }
     th->started = 1;
+    pthread_setname_np(th->tid, "weft-sock");
   }
   return ncclSuccess;
 }
