@@ -364,6 +364,72 @@ START_TEST(test_send_larger_chunked) {
 }
 END_TEST
 
+/* ---- A receive with a spare buffer -------------------------------------------- */
+
+static const size_t spare_sends[] = {1000, 3 * MIB, 150, 2 * MIB + 5, 64 * 1024 + 1};
+
+static int send_spare_sizes(void *comm, int fd) {
+  (void)fd;
+  char *buf = malloc(4 * MIB);
+  for (int i = 0; i < 5; i++) {
+    fill(buf, spare_sends[i], (uint64_t)i + 20);
+    void *req = NULL;
+    ncclResult_t res = net->isend(comm, buf, spare_sends[i], 0, NULL, &req);
+    if (res == ncclSuccess && req == NULL) return 0;
+    if (res == ncclSuccess) res = wait_req(req, NULL);
+    /* The last one is refused by the receiver, which then closes. */
+    if (res == ncclInternalError || (i < 4 && res != ncclSuccess)) return 0;
+  }
+  free(buf);
+  return net->close_send(comm) == ncclSuccess;
+}
+
+/* Posts (size, spare_size) and checks where the message landed: in the
+ * buffer (in_spare 0) or the spare, whole, and nothing written in the
+ * other one or past either. */
+static void recv_spare(void *comm, size_t size, size_t spare_size, int want_spare, int i) {
+  char *buf = malloc(size + 64), *spare = malloc(spare_size + 64);
+  memset(buf, 0x5a, size + 64);
+  memset(spare, 0x5a, spare_size + 64);
+  void *req = NULL;
+  size_t got = 0, known = 0;
+  /* An error is returned by the call that sees it: irecv or test. */
+  ncclResult_t res = weft_net_socket_irecv_spare(comm, buf, size, spare, spare_size, &req);
+  if (res == ncclSuccess) {
+    ck_assert_ptr_nonnull(req);
+    res = wait_req(req, &got);
+  }
+  if (want_spare < 0) {
+    ck_assert_int_eq(res, ncclInvalidUsage);
+    ck_assert(all_bytes(buf, size + 64, 0x5a) && all_bytes(spare, spare_size + 64, 0x5a));
+  } else {
+    ck_assert_int_eq(res, ncclSuccess);
+    ck_assert_uint_eq(got, spare_sends[i]);
+    ck_assert(weft_net_socket_recv_size(req, &known) && known == got);
+    ck_assert_int_eq(weft_net_socket_recv_in_spare(req), want_spare);
+    char *in = want_spare ? spare : buf, *other = want_spare ? buf : spare;
+    size_t in_size = want_spare ? spare_size : size, other_size = want_spare ? size : spare_size;
+    ck_assert_msg(matches(in, got, (uint64_t)i + 20), "message %d (%zu bytes) differs", i, got);
+    ck_assert(all_bytes(in + got, in_size + 64 - got, 0x5a));
+    ck_assert(all_bytes(other, other_size + 64, 0x5a));
+  }
+  free(buf);
+  free(spare);
+}
+
+START_TEST(test_recv_spare) {
+  set_counts("2", "2");
+  struct pair p = pair_start(send_spare_sizes);
+  void *comm = accept_comm(p.listen);
+  recv_spare(comm, 2000, 4096, 0, 0);             /* fits: inline, in the buffer */
+  recv_spare(comm, 1 * MIB, 4 * MIB, 1, 1);       /* chunked, into the spare */
+  recv_spare(comm, 100, 200, 1, 2);               /* inline, into the spare */
+  recv_spare(comm, 2 * MIB + 5, 1 * MIB, 0, 3);   /* exactly the buffer */
+  recv_spare(comm, 10, 100, -1, 4);               /* fits neither: refused */
+  pair_finish(&p, comm);
+}
+END_TEST
+
 /* ---- A stranger at the listener ----------------------------------------------- */
 
 /* Connects raw TCP to the handle's address and presents a hello with the
@@ -611,6 +677,7 @@ static Suite *net_socket_suite(void) {
   tcase_add_loop_test(tc, test_inflight, 0, 4);
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
+  tcase_add_test(tc, test_recv_spare);
   tcase_add_test(tc, test_stranger_refused);
   tcase_add_loop_test(tc, test_peer_killed, 0, 2);
   tcase_add_loop_test(tc, test_receiver_closes, 0, 2);

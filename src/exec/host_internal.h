@@ -13,8 +13,12 @@
 #include "transport/transport.h"
 
 /* A reducing receive lands in pieces of this size (a multiple of every
- * element size), small enough to stay in cache until reduced. */
+ * element size), small enough to stay in cache until reduced; settable
+ * at build time for measuring (with transport/net/net_conn.c's
+ * WEFT_NET_MSG_MAX: a piece shorter than a message costs a copy). */
+#ifndef WEFT_HOST_PIECE_BYTES
 #define WEFT_HOST_PIECE_BYTES (256u * 1024u)
+#endif
 
 /* What a lane's receive does with the bytes of the current step. */
 enum weft_host_rx {

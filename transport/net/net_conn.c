@@ -8,10 +8,14 @@
  * The host engine sees a byte stream (transport.h: send and recv add to
  * *done), the network moves messages. The sender cuts the stream into
  * messages of at most MSG_MAX bytes, several in flight. The receiver
- * receives straight into the caller's buffer when at least MSG_MAX bytes
- * are still wanted there (any message fits), else into a bounce buffer
- * whose bytes later calls take first: the stream's boundaries need not
- * match the receiver's calls (an 8-byte header then a piece at a time). */
+ * receives straight into the caller's buffer: where at least MSG_MAX
+ * bytes are still wanted any message fits; where fewer are, the socket
+ * network puts a message that does not fit into a bounce buffer instead
+ * (its header decides: weft_net_socket_irecv_spare), whose bytes later
+ * calls take first. So the stream's boundaries need not match the
+ * receiver's calls (an 8-byte header then a piece at a time), and a
+ * message that matches a short call (a step's last bytes, a small step)
+ * is copied once. Another network receives into the bounce buffer. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,12 +60,11 @@ struct net_conn {
   size_t slen[SEND_INFLIGHT];
   int shead, scount;
   const char *sbuf;
-  /* recv: receives in flight, oldest first: several straight into the
-   * caller's buffer, or one into the bounce buffer */
+  /* recv: receives in flight, oldest first, each at roff in the caller's
+   * buffer or (the newest only) in the bounce buffer */
   void *rreq[RECV_INFLIGHT];
   size_t roff[RECV_INFLIGHT]; /* where in the caller's buffer each lands */
   int rhead, rcount;
-  int rdirect;
   char *bounce;
   size_t bounce_len, bounce_off;
   /* send: SEND_INFLIGHT x MSG_MAX bytes registered with the network, for
@@ -270,41 +273,52 @@ static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_
   return net_conn_closed(conn, res);
 }
 
-/* Posts a receive at buf + off: straight there, or into the bounce buffer
- * when fewer than MSG_MAX bytes are wanted (a message might not fit). */
-static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t bytes, size_t off,
-                                       int direct) {
-  if (!direct && p->bounce == NULL && (p->bounce = malloc(MSG_MAX)) == NULL) {
+/* Whether a finished (or sized) receive landed in the bounce buffer. */
+static int net_conn_in_bounce(const struct net_conn *p, const void *req) {
+  return p->net != &weft_net_socket || weft_net_socket_recv_in_spare(req);
+}
+
+/* Posts a receive at buf + off: with the bounce buffer as its spare when
+ * fewer than MSG_MAX bytes are wanted (a message might not fit); another
+ * network's into the bounce buffer. */
+static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t bytes, size_t off) {
+  int socket = p->net == &weft_net_socket, fits = socket && bytes - off >= MSG_MAX;
+  if (!fits && p->bounce == NULL && (p->bounce = malloc(MSG_MAX)) == NULL) {
     WARN("net_socket: out of memory for the receive buffer from %s", p->what);
     return ncclSystemError;
   }
-  void *data = direct ? buf + off : p->bounce;
-  size_t size = direct ? bytes - off : MSG_MAX;
-  int tag = 0;
   void *req = NULL;
-  WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &req));
+  if (socket) {
+    WEFT_CHECK(weft_net_socket_irecv_spare(p->comm, buf + off, bytes - off, fits ? NULL : p->bounce,
+                                           MSG_MAX, &req));
+  } else {
+    void *data = p->bounce;
+    size_t size = MSG_MAX;
+    int tag = 0;
+    WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &req));
+  }
   if (req == NULL) return ncclSuccess;
   int slot = (p->rhead + p->rcount++) % RECV_INFLIGHT;
   p->rreq[slot] = req;
   p->roff[slot] = off;
-  p->rdirect = direct;
   return ncclSuccess;
 }
 
-/* Posts what can be posted now: a first receive, or one more straight
- * into the buffer once the newest one's size is known. Every receive
- * posted lands inside this call's buffer: messages are at most MSG_MAX. */
+/* Posts what can be posted now: a first receive, or one more once the
+ * newest one's size is known and it landed in the buffer. Every receive
+ * posted lands inside this call's buffer or in the (empty) bounce
+ * buffer, which only the newest one may use. */
 static ncclResult_t net_conn_recv_more(struct net_conn *p, char *buf, size_t bytes, size_t done) {
-  if (p->rcount == 0)
-    return net_conn_recv_post(p, buf, bytes, done,
-                              bytes - done >= MSG_MAX && p->net == &weft_net_socket);
-  if (!p->rdirect || p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
+  if (p->rcount == 0) return net_conn_recv_post(p, buf, bytes, done);
+  if (p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
   int newest = (p->rhead + p->rcount - 1) % RECV_INFLIGHT;
   size_t size;
-  if (!weft_net_socket_recv_size(p->rreq[newest], &size)) return ncclSuccess;
+  if (!weft_net_socket_recv_size(p->rreq[newest], &size) ||
+      weft_net_socket_recv_in_spare(p->rreq[newest]))
+    return ncclSuccess;
   size_t next = p->roff[newest] + size;
-  if (bytes - next < MSG_MAX) return ncclSuccess;
-  return net_conn_recv_post(p, buf, bytes, next, 1);
+  if (next >= bytes) return ncclSuccess;
+  return net_conn_recv_post(p, buf, bytes, next);
 }
 
 static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t bytes, size_t *done) {
@@ -321,14 +335,15 @@ static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t byt
     if (p->rcount == 0) return ncclSuccess;
     int fin = 0;
     size_t got = 0;
-    WEFT_CHECK(p->net->test(p->rreq[p->rhead], &fin, &got));
+    void *req = p->rreq[p->rhead];
+    WEFT_CHECK(p->net->test(req, &fin, &got));
     if (!fin) return net_conn_recv_more(p, buf, bytes, *done);
     p->rhead = (p->rhead + 1) % RECV_INFLIGHT;
     p->rcount--;
-    if (p->rdirect)
-      *done += got;
-    else
+    if (net_conn_in_bounce(p, req))
       p->bounce_len = got, p->bounce_off = 0;
+    else
+      *done += got;
   }
   return ncclSuccess;
 }

@@ -134,6 +134,11 @@ static ncclResult_t ctrl_header(struct weft_ns_comm *c, struct weft_ns_request *
     atomic_compare_exchange_strong(&c->err, &expected, (int)ncclSystemError);
     return ncclSystemError;
   }
+  if (r->msg.size > r->posted && r->spare != NULL && r->msg.size <= r->spare_size) {
+    r->data = r->spare;
+    r->posted = r->spare_size;
+    r->in_spare = 1;
+  }
   if (r->msg.size > r->posted) {
     WARN(
         "net/socket: %s sent a message of %llu bytes but the receive posted takes %zu; "
@@ -230,6 +235,9 @@ static struct weft_ns_request *req_take(struct weft_ns_comm *c, int is_send, voi
   r->stage = WEFT_NS_CTRL;
   r->data = data;
   r->posted = size;
+  r->spare = NULL;
+  r->spare_size = 0;
+  r->in_spare = 0;
   r->size = is_send ? size : 0;
   r->ctrl_done = 0;
   atomic_store(&r->pending, 0);
@@ -256,23 +264,35 @@ ncclResult_t weft__ns_isend(void *send_comm, void *data, size_t size, int tag, v
   return ncclSuccess;
 }
 
+ncclResult_t weft_net_socket_irecv_spare(void *recv_comm, void *data, size_t size, void *spare,
+                                         size_t spare_size, void **request) {
+  struct weft_ns_comm *c = recv_comm;
+  *request = NULL;
+  ncclResult_t err = (ncclResult_t)atomic_load(&c->err);
+  if (err != ncclSuccess) return err;
+  struct weft_ns_request *r = req_take(c, 0, data, size);
+  if (r == NULL) return ncclSuccess;
+  r->spare = spare;
+  r->spare_size = spare != NULL ? spare_size : 0;
+  c->posted++;
+  WEFT_CHECK(ctrl_progress(c));
+  *request = r;
+  return ncclSuccess;
+}
+
+int weft_net_socket_recv_in_spare(const void *request) {
+  return ((const struct weft_ns_request *)request)->in_spare;
+}
+
 ncclResult_t weft__ns_irecv(void *recv_comm, int n, void **data, size_t *sizes, int *tags,
                             void **mhandles, void **request) {
-  struct weft_ns_comm *c = recv_comm;
   (void)tags, (void)mhandles;
   *request = NULL;
   if (n != 1) {
     WARN("net/socket: irecv of %d buffers at once; this network takes 1 (max_recvs)", n);
     return ncclInvalidArgument;
   }
-  ncclResult_t err = (ncclResult_t)atomic_load(&c->err);
-  if (err != ncclSuccess) return err;
-  struct weft_ns_request *r = req_take(c, 0, data[0], sizes[0]);
-  if (r == NULL) return ncclSuccess;
-  c->posted++;
-  WEFT_CHECK(ctrl_progress(c));
-  *request = r;
-  return ncclSuccess;
+  return weft_net_socket_irecv_spare(recv_comm, data[0], sizes[0], NULL, 0, request);
 }
 
 ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes) {

@@ -104,6 +104,11 @@ struct weft_ns_request {
   enum weft_ns_stage stage;
   char *data;
   size_t posted; /* the buffer's size (a send's size) */
+  /* A receive's second buffer, for a message larger than posted
+   * (weft_net_socket_irecv_spare); in_spare once the header chose it. */
+  char *spare;
+  size_t spare_size;
+  int in_spare;
   size_t size;   /* the bytes that move: known to a receiver once the header is in */
   struct weft_ns_msg msg;
   size_t ctrl_done;    /* bytes of header + inline data moved */
@@ -195,6 +200,16 @@ ncclResult_t weft_net_socket_connect_threads(int dev, const void *handle, int nt
 /* Whether receive request's size is known yet (its header is in): then
  * *size_out is the bytes that arrive. */
 int weft_net_socket_recv_size(void *request, size_t *size_out);
+/* irecv into data (size bytes) of a message that fits there, else into
+ * spare (spare_size bytes): the header decides, before any data byte
+ * moves, so the caller need not know how the sender cut its stream. A
+ * message larger than both is refused as irecv refuses one. */
+ncclResult_t weft_net_socket_irecv_spare(void *recv_comm, void *data, size_t size, void *spare,
+                                         size_t spare_size, void **request);
+/* Whether a receive posted with a spare landed there: known once its
+ * size is (weft_net_socket_recv_size), still readable right after the
+ * test that finished it (the slot is reused only by a later post). */
+int weft_net_socket_recv_in_spare(const void *request);
 /* Sends of at most bytes go whole on send_comm's control socket, moved by
  * the caller's thread; larger ones go in chunks through the helper
  * threads. Default: WEFT_NS_MIN_CHUNK (no data sockets: everything). */
