@@ -39,6 +39,11 @@ struct weft_conn {
    * lanes never interleave their bytes on one FIFO. Transports ignore it. */
   uint64_t user_run;
   int user_lane;
+  /* Set by the sender's engine for each call: the largest message a
+   * transport that moves messages may cut its sends into, because the
+   * peer's engine receives the call's bytes in pieces of that size (0:
+   * the transport's own). */
+  size_t send_msg_max;
 };
 
 /* Where the peers are, as far as the transport needs to know. */

@@ -13,12 +13,10 @@
 #include "transport/transport.h"
 
 /* A reducing receive lands in pieces of this size (a multiple of every
- * element size), small enough to stay in cache until reduced; settable
- * at build time for measuring (with transport/net/net_conn.c's
- * WEFT_NET_MSG_MAX: a piece shorter than a message costs a copy). */
-#ifndef WEFT_HOST_PIECE_BYTES
+ * element size), small enough to stay in cache until reduced. The
+ * reducing collectives' sends are cut into messages no larger (msg_max
+ * below), so a piece takes whole messages. */
 #define WEFT_HOST_PIECE_BYTES (256u * 1024u)
-#endif
 
 /* What a lane's receive does with the bytes of the current step. */
 enum weft_host_rx {
@@ -98,6 +96,10 @@ struct weft_host_run {
   const char *what;   /* "AllReduce", "send/recv", "call check": for messages */
   uint64_t seq;
   ncclResult_t usage; /* a mismatched send/recv: reported, not fatal */
+  /* The largest message a send on a net link may be (weft_conn's
+   * send_msg_max): WEFT_HOST_PIECE_BYTES for a reducing collective, whose
+   * peers receive in pieces of that size, else 0 (the transport's). */
+  size_t msg_max;
 };
 
 /* The worker's own state. */

@@ -80,6 +80,7 @@ static void lane_rx_piece(struct weft_host_lane *l) {
 static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
                             const struct weft_step *st) {
   struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->send_peer, WEFT_CONN_SEND);
+  c->send_msg_max = r->msg_max;
   l->tx_data = run_buf(r, l, st->send_buf, st->send_off);
   l->tx_bytes = st->send_bytes;
   if (r->records != NULL) {

@@ -144,6 +144,12 @@ static ncclResult_t task_run_p2p(struct weft_host_engine *h, struct weft_host_ta
   return ncclSuccess;
 }
 
+/* Whether a collective's receives reduce (in WEFT_HOST_PIECE_BYTES
+ * pieces) on some rank. */
+static int coll_reduces(int func) {
+  return func == WEFT_FUNC_ALLREDUCE || func == WEFT_FUNC_REDUCE || func == WEFT_FUNC_REDUCESCATTER;
+}
+
 static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_task *task,
                                   uint64_t seq, ncclResult_t *usage_out) {
   struct ncclComm *comm = h->comm;
@@ -169,7 +175,8 @@ static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_t
                             .op = op,
                             .esize = weft_dtype_size(task->coll.datatype),
                             .what = weft_func_name(task->coll.func),
-                            .seq = seq};
+                            .seq = seq,
+                            .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0};
   if (r.esize == 0) r.esize = 1;
   if (direct) return weft__host_direct_run(h, task, &r, usage_out);
   WEFT_CHECK(weft__host_plan_connect(&r));
