@@ -32,7 +32,7 @@ template <int PROTO>
 __device__ __forceinline__ int run_lane(const exec_args &x, const weft_dev_lane &l, int *stop) {
   const int tid = threadIdx.x;
   for (uint64_t i = 0; i < l.nsteps; i++) {
-    const weft_step s = x.steps[l.first + i];
+    const weft_step &s = x.steps[l.first + i];
     const int div = (s.flags & WEFT_STEP_POSTOP) && x.avg ? x.conns.nranks : 0;
     if (s.flags & WEFT_STEP_LOCAL) {
       char *dst = buf_of(x, l, s.dst_buf, s.dst_off);
@@ -69,7 +69,8 @@ __device__ __forceinline__ int run_lane(const exec_args &x, const weft_dev_lane 
 /* One kernel per protocol, so neither's register pressure reaches the
  * other (the kernel runs at the 128-register cap of 512 threads). */
 template <int PROTO>
-__global__ void __launch_bounds__(EXEC_THREADS, 1) weft_plan_kernel(exec_args x) {
+__global__ void __launch_bounds__(EXEC_THREADS, 1)
+    weft_plan_kernel(const __grid_constant__ exec_args x) {
   __shared__ int stop;
   if (threadIdx.x == 0) stop = 0;
   __syncthreads();
@@ -117,15 +118,19 @@ __device__ inline int grid_barrier(const exec_args &x, unsigned *barrier, int *s
 }
 
 template <int PROTO>
-__global__ void __launch_bounds__(EXEC_THREADS, 1) weft_fused_kernel(fused_args a) {
+__global__ void __launch_bounds__(EXEC_THREADS, 1)
+    weft_fused_kernel(const __grid_constant__ fused_args a) {
   __shared__ int stop;
-  if (threadIdx.x == 0) stop = 0;
-  __syncthreads();
-  exec_args x = {};
-  x.conns = a.conns;
+  __shared__ exec_args x;
+  if (threadIdx.x == 0) {
+    stop = 0;
+    x.conns = a.conns;
+  }
   for (int w = 0; w < a.nwork; w++) {
+    __syncthreads();
     if ((int)blockIdx.x < a.nlanes[w]) {
-      static_cast<exec_work &>(x) = a.work[w];
+      if (threadIdx.x == 0) static_cast<exec_work &>(x) = a.work[w];
+      __syncthreads();
       if (!run_lane<PROTO>(x, x.lanes[blockIdx.x], &stop)) return;
     }
     if (w + 1 < a.nwork && !grid_barrier(x, a.barrier, &stop)) return;
