@@ -32,7 +32,7 @@
 #include "transport/socket.h"
 #include "transport/transport.h"
 
-/* The largest message: 1 MiB moves a 2-rank 64 MiB broadcast 5-20%
+/* The largest message: 1 MiB moves a 2-rank 64 MiB broadcast 10-35%
  * faster than 256 KiB on the 16-core machine, the rank's one thread
  * handling a quarter of the messages (docs/NETWORK.md). The engine lowers
  * it per call (conn->send_msg_max: a reducing collective's peer receives
