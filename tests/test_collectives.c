@@ -11,7 +11,9 @@
  * NCCL_SHM_DISABLE set; inside it, one communicator per rank count runs all
  * of its cases in a loop, to keep the suite fast. A few sessions force the
  * host engine's copy pool on (WEFT_HOST_COPY_THREADS) and check that its
- * threads ran at the root of the large out-of-place broadcast.
+ * threads ran at the root of the large out-of-place broadcast; a few run
+ * every collective of several lanes on a lane team (WEFT_HOST_LANE_THREADS)
+ * and check that its threads ran.
  *
  * Inputs are small integers (products: 1, -1 and a few 2s) so every result
  * is exact in its type; only ncclAvg on floating types gets a tolerance.
@@ -539,6 +541,15 @@ static int session_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
            "rank %d: %d copy threads after a large out-of-place broadcast at this root, "
            "expected WEFT_HOST_COPY_THREADS=%d",
            rank, proc_threads_named("weft-copy"), want);
+  /* With WEFT_HOST_LANE_MIN_BYTES=0 every collective of several lanes
+   * (any of 2 ranks or more) ran on the lane team. */
+  const char *lanes = getenv("WEFT_HOST_LANE_THREADS");
+  int team = lanes != NULL ? atoi(lanes) : 0;
+  if (team > 1 && nranks > 1)
+    HCHECK(proc_threads_named("weft-lanes") == team - 1,
+           "rank %d: %d lane threads after the collectives, expected WEFT_HOST_LANE_THREADS=%d "
+           "less the engine's own thread",
+           rank, proc_threads_named("weft-lanes"), team);
   HNCCL(ncclCommDestroy(c.comm));
   free(c.t);
   free(b.send);
@@ -573,25 +584,28 @@ static const struct session sessions[] = {
 
 /* The host engine's copy pool forced on CI's 2 cores
  * (WEFT_HOST_COPY_THREADS): broadcast roots' copies, one-rank copies and
- * copies to self on threads beside the engine's. */
+ * copies to self on threads beside the engine's; and its lane team
+ * (WEFT_HOST_LANE_THREADS, with WEFT_HOST_LANE_MIN_BYTES=0 so every
+ * collective of several lanes runs on it): lanes over shared memory and
+ * over sockets, rings and trees, on several threads of each rank. */
 static const struct {
   struct session ses;
   int threads;
+  int lanes;
 } copy_sessions[] = {
-    {{1, "ring", 0, 0}, 2},
-    {{2, "ring", 1, 0}, 2},
-    {{3, NULL, 0, 0}, 2},
-    {{4, NULL, 1, 0}, 3},
+    {{1, "ring", 0, 0}, 2, 0}, {{2, "ring", 1, 0}, 2, 0}, {{3, NULL, 0, 0}, 2, 0},
+    {{4, NULL, 1, 0}, 3, 0},   {{2, "ring", 1, 0}, 0, 2}, {{3, "tree", 0, 0}, 2, 3},
+    {{4, NULL, 1, 0}, 0, 3},
 };
 #define NCOPY_SESSIONS (int)(sizeof copy_sessions / sizeof copy_sessions[0])
 
-static void run_session(const struct session *ses, int copy_threads, int idx) {
+static void run_session(const struct session *ses, int copy_threads, int lane_threads, int idx) {
   char nranks[16], only[16], algo[128];
   snprintf(nranks, sizeof nranks, "%d", ses->nranks);
   snprintf(only, sizeof only, "%d", ses->allreduce_only);
   char *argv[] = {"test_collectives", "--session", nranks, only, NULL};
-  const char *env[5] = {NULL, NULL, NULL, NULL, NULL};
-  char copy[64];
+  const char *env[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  char copy[64], lanes[64];
   int ne = 0;
   if (ses->algo != NULL) {
     snprintf(algo, sizeof algo, "NCCL_ALGO=%s", ses->algo);
@@ -602,26 +616,31 @@ static void run_session(const struct session *ses, int copy_threads, int idx) {
   env[ne++] = ses->shm_disable ? "NCCL_SHM_DISABLE=1" : "NCCL_SHM_DISABLE";
   snprintf(copy, sizeof copy, "WEFT_HOST_COPY_THREADS=%d", copy_threads);
   env[ne++] = copy_threads > 0 ? copy : "WEFT_HOST_COPY_THREADS";
+  snprintf(lanes, sizeof lanes, "WEFT_HOST_LANE_THREADS=%d", lane_threads);
+  env[ne++] = lane_threads > 0 ? lanes : "WEFT_HOST_LANE_THREADS";
+  env[ne++] = lane_threads > 0 ? "WEFT_HOST_LANE_MIN_BYTES=0" : "WEFT_HOST_LANE_MIN_BYTES";
   char err_path[256];
   snprintf(err_path, sizeof err_path, "/tmp/weft-test-collectives-%d-%d.err", (int)getpid(), idx);
   int st = harness_exec_self(argv, env, NULL, err_path, SESSION_TIMEOUT_S + 10, NULL);
   char *err = harness_read_file(err_path);
   unlink(err_path);
   ck_assert_msg(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "session %d ranks NCCL_ALGO=%s NCCL_SHM_DISABLE=%d WEFT_HOST_COPY_THREADS=%d%s "
-                "failed (status 0x%x): %s",
+                "session %d ranks NCCL_ALGO=%s NCCL_SHM_DISABLE=%d WEFT_HOST_COPY_THREADS=%d "
+                "WEFT_HOST_LANE_THREADS=%d%s failed (status 0x%x): %s",
                 ses->nranks, ses->algo ? ses->algo : "(unset)", ses->shm_disable, copy_threads,
+                lane_threads,
                 ses->allreduce_only ? " (AllReduce only)" : "", st, err ? err : "(no output)");
   free(err);
 }
 
 START_TEST(test_session) {
-  run_session(&sessions[_i], 0, _i);
+  run_session(&sessions[_i], 0, 0, _i);
 }
 END_TEST
 
 START_TEST(test_copy_session) {
-  run_session(&copy_sessions[_i].ses, copy_sessions[_i].threads, NSESSIONS + _i);
+  run_session(&copy_sessions[_i].ses, copy_sessions[_i].threads, copy_sessions[_i].lanes,
+              NSESSIONS + _i);
 }
 END_TEST
 

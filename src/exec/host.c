@@ -277,6 +277,7 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   h->spin_pure = weft_spin_pure(local);
   weft_host_copy_pool_init(&h->copy, weft_host_copy_threads(weft_cpus_usable(), local),
                            comm->rank);
+  weft_host_team_init(&h->team, weft_host_team_members(weft_cpus_usable(), local), comm->rank);
   atomic_init(&h->queued, 0);
   atomic_init(&h->finished, 0);
   atomic_init(&h->running, 0);
@@ -290,6 +291,7 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
     pthread_cond_destroy(&h->work_cv);
     pthread_mutex_destroy(&h->lock);
     weft_host_copy_pool_stop(&h->copy);
+    weft_host_team_stop(&h->team);
     free(h);
     return ncclSystemError;
   }
@@ -323,6 +325,7 @@ void weft_host_engine_destroy(struct ncclComm *comm) {
   }
   weft__host_worker_free(&h->w);
   weft_host_copy_pool_stop(&h->copy); /* every run has ended: no copy is posted */
+  weft_host_team_stop(&h->team);
   pthread_cond_destroy(&h->idle_cv);
   pthread_cond_destroy(&h->work_cv);
   pthread_mutex_destroy(&h->lock);

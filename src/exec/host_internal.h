@@ -10,6 +10,7 @@
 #include "core/connect.h"
 #include "exec/host.h"
 #include "exec/host_copy.h"
+#include "exec/host_team.h"
 #include "transport/transport.h"
 
 /* A reducing receive lands in pieces of this size (a multiple of every
@@ -148,6 +149,7 @@ struct weft_host_engine {
 
   int64_t spin_pure; /* polls before a wait yields (weft_spin_pure) */
   struct weft_host_copy_pool copy; /* large local copies (host_copy.h) */
+  struct weft_host_team team;      /* a large plan's lanes on several threads (host_team.h) */
   struct weft_host_worker w;
 };
 

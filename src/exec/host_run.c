@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "base/fail_note.h"
 #include "core/comm.h"
 #include "core/connect.h"
 #include "base/debug.h"
@@ -357,13 +358,23 @@ static ncclResult_t run_prepare(struct weft_host_run *r) {
   return ncclSuccess;
 }
 
-/* Nothing moved, and some lane waits for the copy pool: take a piece of
- * its copies here, or, when every piece is taken, sleep until one is
- * done. 1 when that was the case (the caller counts it as progress). */
-static int run_copy_idle(struct weft_host_run *r) {
+/* Which member of a lane team runs a lane: by channel, since the lanes of
+ * one channel (a tree's up and down lanes) order their writes through the
+ * network (tree.c), and a thread sanitizer sees no order there; the lanes
+ * of different channels move disjoint parts of the data. */
+static int lane_member(const struct weft_host_lane *l, int members) {
+  return members > 1 ? l->lane->channel % members : 0;
+}
+
+/* Nothing moved, and some lane of member m waits for the copy pool: take
+ * a piece of its copies here, or, when every piece is taken, sleep until
+ * one is done. 1 when that was the case (the caller counts it as
+ * progress). */
+static int run_copy_idle(struct weft_host_run *r, int m, int members) {
   struct weft_host_worker *w = &r->h->w;
   int pooled = 0;
-  for (int i = 0; i < r->plan->nlanes && !pooled; i++) pooled = w->lanes[i].cp_pooled;
+  for (int i = 0; i < r->plan->nlanes && !pooled; i++)
+    pooled = lane_member(&w->lanes[i], members) == m && w->lanes[i].cp_pooled;
   if (!pooled) return 0;
   if (!weft_host_copy_help(&r->h->copy)) weft_host_copy_wait(&r->h->copy);
   return 1;
@@ -379,38 +390,126 @@ static void run_copy_cancel(struct weft_host_run *r) {
   }
 }
 
-static ncclResult_t run_lanes(struct weft_host_run *r) {
+/* Runs member m's lanes (of members; every lane when members is 1) to the
+ * end. Its stalled transfers are listed from w->pending + 2 x the lanes of
+ * the members before it. With a lane team (stop != NULL), a member
+ * returns ncclInProgress as soon as another member failed. */
+static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members, const _Atomic int *stop) {
   struct weft_host_worker *w = &r->h->w;
+  const int n = r->plan->nlanes;
+  struct weft_xfer **pending = w->pending;
+  for (int i = 0; i < n; i++) pending += 2 * (lane_member(&w->lanes[i], members) < m);
   struct weft_progress_wait wait;
   weft_progress_wait_init(&wait, 0, r->h->spin_pure);
   for (;;) {
+    if (stop != NULL && atomic_load_explicit(stop, memory_order_relaxed)) return ncclInProgress;
     int moved = 0, active = 0;
-    for (int i = 0; i < r->plan->nlanes; i++) {
-      int done = 0;
-      if (w->lanes[i].step < w->lanes[i].lane->nsteps)
-        WEFT_CHECK(lane_progress(r, &w->lanes[i], &moved, &done));
-      else
-        done = 1;
+    for (int i = 0; i < n; i++) {
+      struct weft_host_lane *l = &w->lanes[i];
+      int done = 1;
+      if (lane_member(l, members) == m && l->step < l->lane->nsteps) {
+        done = 0;
+        WEFT_CHECK(lane_progress(r, l, &moved, &done));
+      }
       active += !done;
     }
     if (!active) return ncclSuccess;
-    if (moved || run_copy_idle(r)) {
+    if (moved || run_copy_idle(r, m, members)) {
       weft_progress_wait_moved(&wait);
       continue;
     }
     int np = 0;
-    for (int i = 0; i < r->plan->nlanes; i++) {
-      if (weft_xfer_pending(&w->lanes[i].tx)) w->pending[np++] = &w->lanes[i].tx;
-      if (weft_xfer_pending(&w->lanes[i].rx)) w->pending[np++] = &w->lanes[i].rx;
+    for (int i = 0; i < n; i++) {
+      struct weft_host_lane *l = &w->lanes[i];
+      if (lane_member(l, members) != m) continue;
+      if (weft_xfer_pending(&l->tx)) pending[np++] = &l->tx;
+      if (weft_xfer_pending(&l->rx)) pending[np++] = &l->rx;
     }
-    WEFT_CHECK(weft_conn_progress_wait(&wait, w->pending, np, &r->h->comm->abort_flag,
+    WEFT_CHECK(weft_conn_progress_wait(&wait, pending, np, &r->h->comm->abort_flag,
                                        run_describe, r));
   }
 }
 
+/* ---- The lane team ----------------------------------------------------------- */
+
+/* A plan on several threads (host_team.h): member m runs the lanes of its
+ * channels (lanes use distinct connections, which weft__host_plan_connect
+ * checks, and different channels move disjoint parts of the data). The first member to fail stops the others; a failure note
+ * (base/fail_note.h) is per thread, so a team thread's travels back to the
+ * thread that runs the task, which tells the peers. */
+struct run_team {
+  struct weft_host_run *r;
+  int members;
+  _Atomic int stop;
+  pthread_mutex_t lock;
+  ncclResult_t res; /* under lock: the first failure */
+  enum weft_fail_how how;
+  int peer;
+  char detail[200];
+};
+
+static void run_member(void *ctx, int m) {
+  struct run_team *t = ctx;
+  ncclResult_t res = run_lanes(t->r, m, t->members, &t->stop);
+  if (res == ncclSuccess || res == ncclInProgress) return;
+  int peer = -1;
+  char detail[sizeof(t->detail)];
+  enum weft_fail_how how = WEFT_FAIL_NONE;
+  if (m != 0) how = weft_failure_note_take(&peer, detail, sizeof(detail));
+  pthread_mutex_lock(&t->lock);
+  if (t->res == ncclSuccess) {
+    t->res = res;
+    t->how = how;
+    t->peer = peer;
+    if (how != WEFT_FAIL_NONE) memcpy(t->detail, detail, sizeof(detail));
+  }
+  pthread_mutex_unlock(&t->lock);
+  atomic_store_explicit(&t->stop, 1, memory_order_relaxed);
+}
+
+/* Bytes the plan sends and receives on this rank. */
+static size_t plan_bytes(const struct weft_plan *plan) {
+  size_t bytes = 0;
+  for (int i = 0; i < plan->nlanes; i++) {
+    const struct weft_lane *lane = &plan->lanes[i];
+    for (size_t s = 0; s < lane->nsteps; s++) {
+      const struct weft_step *st = &lane->steps[s];
+      if (st->flags & WEFT_STEP_SEND) bytes += st->send_bytes;
+      if (st->flags & WEFT_STEP_RECV) bytes += st->recv_bytes;
+    }
+  }
+  return bytes;
+}
+
+/* Members for this run: 1 unless the rank has a team, the plan several
+ * lanes and WEFT_HOST_LANE_MIN_BYTES to move. Collectives only: send/recv
+ * and framed runs (call records) share state between lanes. */
+static int run_members(struct weft_host_run *r) {
+  struct weft_host_team *team = &r->h->team;
+  if (team->nthreads == 0 || r->plan->nlanes < 2 || r->is_p2p || r->records != NULL) return 1;
+  if (plan_bytes(r->plan) < (size_t)weft_param_int(WEFT_PARAM_HOST_LANE_MIN_BYTES)) return 1;
+  int channels = 0;
+  for (int i = 0; i < r->plan->nlanes; i++)
+    if (r->plan->lanes[i].channel >= channels) channels = r->plan->lanes[i].channel + 1;
+  if (channels < 2) return 1;
+  int members = weft_host_team_size(team);
+  return members < channels ? members : channels;
+}
+
+static ncclResult_t run_team(struct weft_host_run *r, int members) {
+  struct run_team t = {.r = r, .members = members, .res = ncclSuccess, .how = WEFT_FAIL_NONE};
+  atomic_init(&t.stop, 0);
+  pthread_mutex_init(&t.lock, NULL);
+  weft_host_team_run(&r->h->team, members, run_member, &t);
+  pthread_mutex_destroy(&t.lock);
+  if (t.how != WEFT_FAIL_NONE) weft_failure_note(t.peer, t.how, "%s", t.detail);
+  return t.res;
+}
+
 ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
   WEFT_CHECK(run_prepare(r));
-  ncclResult_t res = run_lanes(r);
+  int members = run_members(r);
+  ncclResult_t res = members > 1 ? run_team(r, members) : run_lanes(r, 0, 1, NULL);
   if (res != ncclSuccess) run_copy_cancel(r);
   return res;
 }
