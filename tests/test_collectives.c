@@ -628,8 +628,8 @@ static void run_session(const struct session *ses, int copy_threads, int lane_th
                 "session %d ranks NCCL_ALGO=%s NCCL_SHM_DISABLE=%d WEFT_HOST_COPY_THREADS=%d "
                 "WEFT_HOST_LANE_THREADS=%d%s failed (status 0x%x): %s",
                 ses->nranks, ses->algo ? ses->algo : "(unset)", ses->shm_disable, copy_threads,
-                lane_threads,
-                ses->allreduce_only ? " (AllReduce only)" : "", st, err ? err : "(no output)");
+                lane_threads, ses->allreduce_only ? " (AllReduce only)" : "", st,
+                err ? err : "(no output)");
   free(err);
 }
 

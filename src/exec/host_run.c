@@ -394,7 +394,8 @@ static void run_copy_cancel(struct weft_host_run *r) {
  * end. Its stalled transfers are listed from w->pending + 2 x the lanes of
  * the members before it. With a lane team (stop != NULL), a member
  * returns ncclInProgress as soon as another member failed. */
-static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members, const _Atomic int *stop) {
+static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members,
+                              const _Atomic int *stop) {
   struct weft_host_worker *w = &r->h->w;
   const int n = r->plan->nlanes;
   struct weft_xfer **pending = w->pending;
@@ -434,9 +435,10 @@ static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members, const
 
 /* A plan on several threads (host_team.h): member m runs the lanes of its
  * channels (lanes use distinct connections, which weft__host_plan_connect
- * checks, and different channels move disjoint parts of the data). The first member to fail stops the others; a failure note
- * (base/fail_note.h) is per thread, so a team thread's travels back to the
- * thread that runs the task, which tells the peers. */
+ * checks, and different channels move disjoint parts of the data). The
+ * first member to fail stops the others; a failure note (base/fail_note.h)
+ * is per thread, so a team thread's travels back to the thread that runs
+ * the task, which tells the peers. */
 struct run_team {
   struct weft_host_run *r;
   int members;

@@ -31,9 +31,9 @@ struct weft_host_team {
   pthread_cond_t work_cv; /* the threads sleep here between jobs */
   pthread_cond_t done_cv; /* the caller sleeps here for the job's end */
   /* Under lock. */
-  uint64_t job;     /* jobs posted, ever */
-  int job_threads;  /* threads taking part in the current job */
-  int left;         /* of those, still running it */
+  uint64_t job;    /* jobs posted, ever */
+  int job_threads; /* threads taking part in the current job */
+  int left;        /* of those, still running it */
   weft_host_team_fn fn;
   void *ctx;
   int stop;
