@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "abi/abi_common.h"
+#include "suite_run.h"
 
 static const struct abi_entry *ref, *weft;
 static size_t ref_n, weft_n;
@@ -138,9 +139,5 @@ static Suite *abi_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(abi_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(abi_suite());
 }

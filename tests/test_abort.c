@@ -14,6 +14,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 /* Far beyond what any case here may take: a test that reaches it failed. */
 #define LONG_TIMEOUT "60"
@@ -162,9 +163,5 @@ int main(void) {
   tcase_add_test(tc, test_abort_in_group);
   tcase_add_test(tc, test_abort_nonblocking_dead_peer);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

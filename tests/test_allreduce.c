@@ -21,6 +21,7 @@
 #include "elem.h"
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define PERIOD 1009 /* prime: block moves by a power of two are caught */
 #define GUARD 16    /* poisoned elements after the result, must stay so */
@@ -468,9 +469,5 @@ int main(void) {
   tcase_add_test(tc, test_sequence_procs);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

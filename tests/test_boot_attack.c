@@ -21,6 +21,7 @@
 #include "nccl.h"
 #include "boot_flood.h"
 #include "free_port.h"
+#include "suite_run.h"
 
 #define COUNT 1024
 #define MAX_RANKS 8
@@ -547,11 +548,6 @@ int main(void) {
   tcase_add_test(tc, test_flood_talking);
   tcase_add_test(tc, test_flood_threads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
   /* Each test's ranks read their environment once per process: fork mode. */
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_with(s, CK_FORK, CK_NORMAL);
 }

@@ -26,6 +26,7 @@
 #include "base/debug.h"
 #include "transport/socket.h"
 #include "free_port.h"
+#include "suite_run.h"
 
 #define MAX_RANKS 8
 #define HARNESS_WAIT_MS 20000
@@ -549,10 +550,5 @@ static Suite *bootstrap_suite(void) {
 int main(void) {
   /* Parameters are read once per process: every test sets its own in its
    * own forked process, so fork mode is required. */
-  SRunner *sr = srunner_create(bootstrap_suite());
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run_with(bootstrap_suite(), CK_FORK, CK_NORMAL);
 }

@@ -34,6 +34,7 @@
 #include "harness.h"
 #include "nccl.h"
 #include "proc_threads.h"
+#include "suite_run.h"
 
 #define PERIOD 1009
 #define GUARD 16
@@ -653,9 +654,5 @@ int main(int argc, char **argv) {
   tcase_add_loop_test(tc, test_session, 0, NSESSIONS);
   tcase_add_loop_test(tc, test_copy_session, 0, NCOPY_SESSIONS);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 static int check_identity(ncclComm_t comm, int nranks, int rank) {
   int n = -1, me = -1, dev = -2;
@@ -305,9 +306,5 @@ int main(void) {
   tcase_add_test(tc, test_error_strings);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -20,6 +20,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define COUNT 4096
 
@@ -305,9 +306,5 @@ int main(void) {
   tcase_add_test(tc, test_mismatched_algo);
   tcase_add_test(tc, test_mismatched_p2p);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 /* ---- The child: one single-rank communicator, maybe a bad call --------- */
 
@@ -381,9 +382,5 @@ int main(int argc, char **argv) {
   tcase_add_loop_test(tc, test_bad_value, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "suite_run.h"
+
 #define DEFAULT_REF_HEADER "/usr/local/cuda/include/nccl.h"
 #define MAX_NAMES 512
 #define MAX_NAME_LEN 96
@@ -189,9 +191,5 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, reference_header_parsed);
   tcase_add_test(tc, every_function_is_exported);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define PROMPT_S 2.0
 #define MAX_RANKS 8
@@ -314,9 +315,5 @@ int main(void) {
   tcase_add_test(tc, test_split_null_newcomm);
   tcase_add_test(tc, test_abort_codes);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

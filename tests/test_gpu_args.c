@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "suite_run.h"
+
 static int have_gpu(void) {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -50,12 +52,7 @@ int main(void) {
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, test_device_pointer_refused);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
   /* CUDA is already initialized here (the device query); a forked child
    * could not use it. */
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return suite_run_with(s, CK_NOFORK, CK_NORMAL);
 }

@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
+#include "suite_run.h"
 #endif
 
 static const unsigned char same_gpu[3] = {0, 0, 0};
@@ -188,11 +189,6 @@ int main(void) {
   tcase_add_test(tc, p2p_self);
 #endif
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
   /* Each test in its own process: the environment is read once. */
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_with(s, CK_FORK, CK_NORMAL);
 }

@@ -16,6 +16,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 static int init_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
@@ -137,9 +138,5 @@ int main(void) {
   tcase_add_test(tc, test_shm_disabled_net);
   tcase_add_test(tc, test_topo_dump_reloads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -15,6 +15,7 @@
 #include "exec/host_copy.h"
 #include "nccl.h"
 #include "proc_threads.h"
+#include "suite_run.h"
 
 static void fill(char *buf, size_t n, uint32_t seed) {
   for (size_t i = 0; i < n; i++) buf[i] = (char)((i * 2654435761u + seed) >> 13);
@@ -185,9 +186,5 @@ int main(void) {
   tcase_set_timeout(te, 60);
   tcase_add_test(te, test_engine_pool);
   suite_add_tcase(s, te);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -12,6 +12,7 @@
 
 #include "exec/host_team.h"
 #include "proc_threads.h"
+#include "suite_run.h"
 
 #define MAX_MEMBERS 8
 
@@ -109,9 +110,5 @@ int main(void) {
   tcase_add_test(tc, test_jobs);
   tcase_add_test(tc, test_first_job);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -17,6 +17,7 @@
 #include "free_port.h"
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define COUNT 4096
 
@@ -165,9 +166,5 @@ int main(void) {
   tcase_add_test(tc, test_ifname_nonexistent_id);
   tcase_add_test(tc, test_ifname_nonexistent_init);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -17,6 +17,7 @@
 #include "base/debug.h"
 #include "transport/net/ib/ib_net.h"
 #include "transport/socket.h"
+#include "suite_run.h"
 
 static void (*inject)(int type, int port, int qpn);
 static void (*fail_next)(int status);
@@ -328,9 +329,5 @@ int main(void) {
   tcase_add_test(tc, test_stranger);
   tcase_add_test(tc, test_bad_calls);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

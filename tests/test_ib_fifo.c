@@ -17,6 +17,7 @@
 #if WEFT_HAVE_IB_NET
 #include "transport/net/ib/ib_rule.h"
 #include "transport/net/net.h"
+#include "suite_run.h"
 #endif
 
 #define NAME "mlx5_0:1 with peer 10.0.0.2:5000"
@@ -615,9 +616,5 @@ static Suite *ib_fifo_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(ib_fifo_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(ib_fifo_suite());
 }

@@ -12,6 +12,7 @@
 
 #include "base/debug.h"
 #include "transport/net/net.h"
+#include "suite_run.h"
 
 static int host_has_rdma(void) {
   DIR *d = opendir("/sys/class/infiniband");
@@ -122,9 +123,5 @@ int main(void) {
   tcase_add_test(tc, test_net_unknown);
   tcase_add_test(tc, test_no_such_device);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

@@ -18,6 +18,7 @@
 #include "transport/net/ib/ib.h"
 #if WEFT_HAVE_IB_NET
 #include "transport/net/ib/ib_qp.h"
+#include "suite_run.h"
 #endif
 
 /* ---- NCCL_IB_HCA -------------------------------------------------------------- */
@@ -541,9 +542,5 @@ int main(void) {
       "ib_units: built without <infiniband/verbs.h>: the verbs loader and QP attribute "
       "cases are not built\n");
 #endif
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -12,6 +12,7 @@
 #include "base/debug.h"
 #include "transport/ifname.h"
 #include "transport/socket.h"
+#include "suite_run.h"
 
 /* ---- The matcher ------------------------------------------------------------ */
 
@@ -244,9 +245,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_env_bad_values, 0, 2);
   tcase_add_test(tc, test_env_bad_family);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -15,6 +15,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define CYCLES 100
 
@@ -359,9 +360,5 @@ int main(void) {
   tcase_add_test(tc, test_no_fork_with_threads);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

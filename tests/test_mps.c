@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/mps.h"
+#include "suite_run.h"
 
 static char dir[64];
 
@@ -87,9 +88,5 @@ int main(void) {
   tcase_add_test(tc, unix_socket);
   tcase_add_test(tc, plain_file);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

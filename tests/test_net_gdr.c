@@ -25,6 +25,7 @@
 #include "transport/net/net.h"
 #include "transport/net/net_fifo.h"
 #include "transport/net/net_gdr.h"
+#include "suite_run.h"
 
 static struct weft_topo *load(const char *file) {
   char path[1024];
@@ -350,9 +351,5 @@ int main(void) {
   tcase_add_test(tc, host_nic_hgx);
   tcase_add_test(tc, host_nic_speed_and_none);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -22,6 +22,7 @@
 #include "base/debug.h"
 #include "transport/net/net.h"
 #include "transport/net/plugin/plugin.h"
+#include "suite_run.h"
 
 /* Check's messages are short: the logs go to stderr, the message says
  * what was wrong. */
@@ -612,9 +613,5 @@ int main(int argc, char **argv) {
   tcase_add_loop_test(tc, test_net_picks, 0, 4);
   tcase_add_loop_test(tc, test_net_refuses, 0, 2);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

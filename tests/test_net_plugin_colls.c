@@ -18,6 +18,7 @@
 #include "free_port.h"
 #include "harness.h"
 #include "netns_rank.h"
+#include "suite_run.h"
 
 /* Check's messages are short: the logs go to stderr, the message says
  * what was wrong. */
@@ -136,9 +137,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_collectives_through_plugin, 0, 4);
   tcase_add_test(tc, test_net_name_refused);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -22,6 +22,7 @@
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/socket.h"
+#include "suite_run.h"
 
 #define WAIT_MS 20000
 #define MIB (1024 * 1024)
@@ -691,9 +692,5 @@ static Suite *net_socket_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(net_socket_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(net_socket_suite());
 }

@@ -21,6 +21,7 @@
 
 #include "netns_hosts.h"
 #include "netns_rank.h"
+#include "suite_run.h"
 
 /* The link-down phase's WEFT_TIMEOUT, and how much longer than it a rank
  * may take to return its error (sanitizer builds are slow; a hang is not). */
@@ -166,11 +167,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, test_collectives);
   tcase_add_test(tc, test_link_down);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int rc = suite_run_with(s, CK_FORK, CK_NORMAL);
   netns_hosts_destroy();
-  return failed == 0 ? 0 : 1;
+  return rc;
 }

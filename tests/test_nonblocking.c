@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 /* Accepts what a non-blocking call may return, then polls to completion. */
 #define NB(comm, call)                                                                      \
@@ -171,9 +172,5 @@ int main(void) {
   tcase_add_test(tc, test_nonblocking_group_init);
   tcase_add_test(tc, test_nonblocking_still_initializing);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

@@ -18,6 +18,7 @@
 #include "sched/schedule.h"
 #include "transport/net/net.h"
 #include "transport/net/net_fifo.h"
+#include "suite_run.h"
 
 /* Slots of link (peer, channel, way) in ops, 0 when none. */
 static uint64_t slots_on(const struct weft_proxy_op *ops, int n, int nch, int peer, int ch,
@@ -258,9 +259,5 @@ int main(void) {
   tcase_add_test(tc, test_proxy_drain);
   tcase_add_test(tc, test_proxy_peer_closed);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "exec/reduce.h"
+#include "suite_run.h"
 
 /* Check's asserts talk to the runner on every call; loops over millions of
  * elements call it only on failure. */
@@ -460,9 +461,5 @@ static Suite *reduce_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(reduce_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return suite_run(reduce_suite());
 }

@@ -12,6 +12,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 static int expect(ncclResult_t res, ncclResult_t want, const char *what, const char *phrase) {
   HCHECK(res == want, "%s -> %d (%s), expected %d", what, (int)res, ncclGetErrorString(res),
@@ -115,9 +116,5 @@ int main(void) {
   tcase_add_test(tc, test_register);
   tcase_add_test(tc, test_mem_alloc);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "sched/schedule.h"
+#include "suite_run.h"
 
 #define EXPECT(cond, ...)                   \
   do {                                      \
@@ -726,9 +727,5 @@ static Suite *schedule_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(schedule_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(schedule_suite());
 }

@@ -26,6 +26,7 @@
 
 #include "base/debug.h"
 #include "transport/transport.h"
+#include "suite_run.h"
 
 #define WAIT_MS 20000
 #define BIG_BYTES (3 * 1024 * 1024 + 5)
@@ -798,9 +799,5 @@ int main(void) {
   tcase_add_test(tc, test_enospc);
   tcase_add_test(tc, test_connect_deadline_abort);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run(s);
 }

@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "nccl.h"
+#include "suite_run.h"
 
 #define MAXR 8
 
@@ -274,9 +275,5 @@ int main(void) {
   tcase_add_test(tc, test_shrink_disagree);
   tcase_add_test(tc, test_shrink_args);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return suite_run(s);
 }

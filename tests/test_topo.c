@@ -9,6 +9,7 @@
 
 #include "base/debug.h"
 #include "topo/topo.h"
+#include "suite_run.h"
 
 static struct weft_topo *load(const char *file) {
   char path[1024];
@@ -439,9 +440,5 @@ int main(void) {
   tcase_add_test(tc, gdr_level_parse);
   tcase_add_test(tc, gdr_level_env);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return suite_run(s);
 }

@@ -20,6 +20,7 @@
 #include "core/comm_topo.h"
 #include "sched/tuning.h"
 #include "topo/topo.h"
+#include "suite_run.h"
 
 static struct weft_peer_info peers[8];
 
@@ -605,11 +606,6 @@ int main(void) {
   tcase_add_test(tc, tuning_line);
   tcase_add_test(tc, gpu_path_topo);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
   /* Each test in its own process: the environment is read once. */
-  srunner_set_fork_status(sr, CK_FORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? 0 : 1;
+  return suite_run_with(s, CK_FORK, CK_NORMAL);
 }
