@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "suite_run.h"
 #include "transport/gpu_transport.h"
 #include "transport/net/net_gpu.h"
 #include "transport/p2p/p2p.h"
@@ -18,7 +19,6 @@
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
-#include "suite_run.h"
 #endif
 
 static const unsigned char same_gpu[3] = {0, 0, 0};

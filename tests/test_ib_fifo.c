@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "suite_run.h"
 #include "transport/net/ib/ib_fifo.h"
 #include "transport/net/ib/ib_mr_cache.h"
 #if WEFT_HAVE_IB_NET
 #include "transport/net/ib/ib_rule.h"
 #include "transport/net/net.h"
-#include "suite_run.h"
 #endif
 
 #define NAME "mlx5_0:1 with peer 10.0.0.2:5000"

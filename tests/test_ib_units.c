@@ -15,10 +15,10 @@
 #include <unistd.h>
 
 #include "base/debug.h"
+#include "suite_run.h"
 #include "transport/net/ib/ib.h"
 #if WEFT_HAVE_IB_NET
 #include "transport/net/ib/ib_qp.h"
-#include "suite_run.h"
 #endif
 
 /* ---- NCCL_IB_HCA -------------------------------------------------------------- */
