@@ -38,10 +38,20 @@ static void job_init(struct job *j) {
 }
 
 START_TEST(test_members_rule) {
-  /* WEFT_HOST_LANE_THREADS is unset here (meson's test environment). */
-  ck_assert_int_eq(weft_host_team_members(2, 1), 1);
-  ck_assert_int_eq(weft_host_team_members(16, 2), 1);
-  ck_assert_int_eq(weft_host_team_members(128, 1), 1);
+  int all = -1;
+  /* WEFT_HOST_LANE_THREADS unset (-1): two members, for the reducing
+   * collectives, only where the links are 8 socket channels. */
+  ck_assert_int_eq(weft_host_team_members(0, -1, &all), 1);
+  ck_assert_int_eq(all, 0);
+  ck_assert_int_eq(weft_host_team_members(4, -1, &all), 1);
+  ck_assert_int_eq(weft_host_team_members(8, -1, &all), WEFT_HOST_TEAM_AUTO);
+  ck_assert_int_eq(all, 0);
+  ck_assert_int_eq(weft_host_team_members(16, -1, &all), WEFT_HOST_TEAM_AUTO);
+  /* Set: that many, for every collective, whatever the links. */
+  ck_assert_int_eq(weft_host_team_members(0, 3, &all), 3);
+  ck_assert_int_eq(all, 1);
+  ck_assert_int_eq(weft_host_team_members(8, 1, &all), 1);
+  ck_assert_int_eq(all, 1);
 }
 END_TEST
 
@@ -49,7 +59,7 @@ START_TEST(test_no_team) {
   struct weft_host_team t;
   struct job j;
   job_init(&j);
-  weft_host_team_init(&t, 1, 0);
+  weft_host_team_init(&t, 1, 1, 0);
   ck_assert_int_eq(weft_host_team_size(&t), 1);
   weft_host_team_run(&t, 4, job_fn, &j); /* more than it has: the caller alone */
   ck_assert_int_eq(atomic_load(&j.calls[0]), 1);
@@ -64,7 +74,7 @@ START_TEST(test_jobs) {
   struct weft_host_team t;
   struct job j;
   job_init(&j);
-  weft_host_team_init(&t, 4, 0);
+  weft_host_team_init(&t, 4, 1, 0);
   ck_assert_int_eq(proc_threads_named("weft-lanes"), 0); /* nothing asked yet */
   ck_assert_int_eq(weft_host_team_size(&t), 4);
   ck_assert_int_eq(proc_threads_named("weft-lanes"), 3);
@@ -91,7 +101,7 @@ START_TEST(test_first_job) {
     struct weft_host_team t;
     struct job j;
     job_init(&j);
-    weft_host_team_init(&t, 3, 0);
+    weft_host_team_init(&t, 3, 1, 0);
     ck_assert_int_eq(weft_host_team_size(&t), 3);
     weft_host_team_run(&t, 3, job_fn, &j);
     for (int m = 0; m < 3; m++) ck_assert_int_eq(atomic_load(&j.calls[m]), 1);

@@ -144,10 +144,13 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "broadcast root's input to its output, a one-rank collective out of place, "
                 "send/recv to self) beside the engine's own; 0: the engine copies alone"),
     [WEFT_PARAM_HOST_LANE_THREADS] =
-        INT_ROW("WEFT_HOST_LANE_THREADS", -1, -1, 64, "-1 (1: the engine's thread alone)",
+        INT_ROW("WEFT_HOST_LANE_THREADS", -1, -1, 64,
+                "-1 (2 for AllReduce, ReduceScatter and Reduce where the links are 8 socket "
+                "channels, i.e. 8 cores per local rank; else 1: the engine's thread alone)",
                 "threads of a host rank that run a large collective's lanes (channels), each "
                 "its share, the engine's thread among them; the lanes' sends, receives and "
-                "reductions then progress on several cores"),
+                "reductions then progress on several cores; set, it applies to every "
+                "collective"),
     [WEFT_PARAM_HOST_LANE_MIN_BYTES] =
         INT_ROW("WEFT_HOST_LANE_MIN_BYTES", 4194304, 0, 1099511627776LL, "4194304",
                 "a host collective runs on the lane threads (WEFT_HOST_LANE_THREADS) when its "

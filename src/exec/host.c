@@ -277,7 +277,10 @@ ncclResult_t weft_host_engine_create(struct ncclComm *comm) {
   h->spin_pure = weft_spin_pure(local);
   weft_host_copy_pool_init(&h->copy, weft_host_copy_threads(weft_cpus_usable(), local),
                            comm->rank);
-  weft_host_team_init(&h->team, weft_host_team_members(weft_cpus_usable(), local), comm->rank);
+  int all_colls;
+  int members = weft_host_team_members(
+      comm->host_channels, weft_param_int(WEFT_PARAM_HOST_LANE_THREADS), &all_colls);
+  weft_host_team_init(&h->team, members, all_colls, comm->rank);
   atomic_init(&h->queued, 0);
   atomic_init(&h->finished, 0);
   atomic_init(&h->running, 0);

@@ -101,6 +101,7 @@ struct weft_host_run {
    * send_msg_max): WEFT_HOST_PIECE_BYTES for a reducing collective, whose
    * peers receive in pieces of that size, else 0 (the transport's). */
   size_t msg_max;
+  int reduces; /* a reducing collective (AllReduce, ReduceScatter, Reduce) */
 };
 
 /* The worker's own state. */

@@ -484,11 +484,13 @@ static size_t plan_bytes(const struct weft_plan *plan) {
 }
 
 /* Members for this run: 1 unless the rank has a team, the plan several
- * lanes and WEFT_HOST_LANE_MIN_BYTES to move. Collectives only: send/recv
- * and framed runs (call records) share state between lanes. */
+ * lanes and WEFT_HOST_LANE_MIN_BYTES to move. Collectives only (reducing
+ * ones only, unless the team was asked for): send/recv and framed runs
+ * (call records) share state between lanes. */
 static int run_members(struct weft_host_run *r) {
   struct weft_host_team *team = &r->h->team;
   if (team->nthreads == 0 || r->plan->nlanes < 2 || r->is_p2p || r->records != NULL) return 1;
+  if (!team->all_colls && !r->reduces) return 1;
   if (plan_bytes(r->plan) < (size_t)weft_param_int(WEFT_PARAM_HOST_LANE_MIN_BYTES)) return 1;
   int channels = 0;
   for (int i = 0; i < r->plan->nlanes; i++)

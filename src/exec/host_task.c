@@ -176,7 +176,8 @@ static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_t
                             .esize = weft_dtype_size(task->coll.datatype),
                             .what = weft_func_name(task->coll.func),
                             .seq = seq,
-                            .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0};
+                            .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0,
+                            .reduces = coll_reduces(task->coll.func)};
   if (r.esize == 0) r.esize = 1;
   if (direct) return weft__host_direct_run(h, task, &r, usage_out);
   WEFT_CHECK(weft__host_plan_connect(&r));

@@ -11,21 +11,26 @@
 #include <string.h>
 
 #include "base/debug.h"
-#include "base/param.h"
 
 /* Polls of the job's end before the caller sleeps on it: the members of
  * one plan usually finish within microseconds of each other. */
 #define TEAM_DONE_SPIN 256
 
-int weft_host_team_members(int cpus, int local_ranks) {
-  int64_t forced = weft_param_int(WEFT_PARAM_HOST_LANE_THREADS);
-  (void)cpus, (void)local_ranks;
-  return forced >= 1 ? (int)forced : 1;
+/* The default: on the 16-core machine, 2 ranks over 8 sockets, two
+ * threads moved AllReduce, ReduceScatter and Reduce from 8 MiB 3-182%
+ * faster than one, while AllGather lost 2-24%, the broadcast gained
+ * nothing, and 4 or 8 threads were slower than 2 (docs/PERFORMANCE.md,
+ * "The lane team"). */
+int weft_host_team_members(int host_channels, int64_t forced, int *all_colls) {
+  *all_colls = forced >= 1;
+  if (forced >= 1) return (int)forced;
+  return host_channels >= 8 ? WEFT_HOST_TEAM_AUTO : 1;
 }
 
-void weft_host_team_init(struct weft_host_team *t, int members, int rank) {
+void weft_host_team_init(struct weft_host_team *t, int members, int all_colls, int rank) {
   memset(t, 0, sizeof(*t));
   t->nthreads = members > 1 ? members - 1 : 0;
+  t->all_colls = all_colls;
   t->rank = rank;
   if (t->nthreads == 0) return;
   t->inited = 1;

@@ -16,13 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Most threads (members) a rank's team has by default. */
-#define WEFT_HOST_TEAM_MAX_AUTO 4
-
 typedef void (*weft_host_team_fn)(void *ctx, int member);
 
 struct weft_host_team {
-  int nthreads; /* threads wanted beside the caller; 0: no team */
+  int nthreads;  /* threads wanted beside the caller; 0: no team */
+  int all_colls; /* the team runs every collective, not only the reducing ones */
   int inited;   /* the lock and condition variables exist */
   int started;  /* threads running */
   int rank;     /* for messages */
@@ -39,12 +37,18 @@ struct weft_host_team {
   int stop;
 };
 
-/* Members of a rank's team (1: the caller alone): WEFT_HOST_LANE_THREADS
- * when set (>= 1), else 1 (docs/NETWORK.md, "Lane threads"). */
-int weft_host_team_members(int cpus, int local_ranks);
+/* Members of a rank's team (1: the caller alone), for a communicator of
+ * host_channels channels on socket links (comm->host_channels; 0: none),
+ * given forced = WEFT_HOST_LANE_THREADS: forced when >= 1, for every
+ * collective (*all_colls = 1); else
+ * WEFT_HOST_TEAM_AUTO with 8 such channels (8 cores per local rank on every
+ * host), for the reducing collectives only (*all_colls = 0), and 1 below
+ * that (docs/NETWORK.md, "Lane threads"). */
+#define WEFT_HOST_TEAM_AUTO 2
+int weft_host_team_members(int host_channels, int64_t forced, int *all_colls);
 
 /* Sets the team up with members - 1 threads; starts nothing. */
-void weft_host_team_init(struct weft_host_team *t, int members, int rank);
+void weft_host_team_init(struct weft_host_team *t, int members, int all_colls, int rank);
 /* Members a job may have now (1 + the threads that run or can start);
  * starts the threads the first time. A thread that cannot start is a
  * WARN, and the team goes on with those that did. */
