@@ -119,6 +119,34 @@ START_TEST(own_buffers_one_gpu) {
 }
 END_TEST
 
+/* Ranks in several processes on one GPU (comm->cuda_direct 3) run the
+ * calls that fit LL lines (cuda_direct_ll_bytes a rank) directly, and
+ * keep their plans above that. */
+START_TEST(own_buffers_processes) {
+  struct ncclComm c = fake_comm(4, 0);
+  c.cuda_direct = 3;
+  c.cuda_direct_ll_bytes = 32768;
+  static const enum weft_func has[] = {WEFT_FUNC_ALLREDUCE, WEFT_FUNC_ALLGATHER,
+                                       WEFT_FUNC_REDUCESCATTER, WEFT_FUNC_BROADCAST,
+                                       WEFT_FUNC_REDUCE};
+  struct weft_tuning t;
+  for (size_t i = 0; i < sizeof(has) / sizeof(has[0]); i++) {
+    for (size_t bytes = 8; bytes <= 32768; bytes <<= 3) {
+      ck_assert_int_eq(weft_tune(&c, 1, has[i], bytes, 4, &t), ncclSuccess);
+      ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+    }
+    ck_assert_int_eq(weft_tune(&c, 1, has[i], 32768 + 16, 4, &t), ncclSuccess);
+    ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+    ck_assert_int_eq(weft_tune(&c, 1, has[i], 1u << 20, 4, &t), ncclSuccess);
+    ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  }
+  /* No LL scratch (WEFT_DIRECT_LL_MAX=0): no call runs directly. */
+  c.cuda_direct_ll_bytes = 0;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+}
+END_TEST
+
 /* NCCL_ALGO=Ring keeps one GPU's ranks on the ring; naming Direct puts
  * several GPUs' on their own buffers too. */
 START_TEST(own_buffers_asked) {
@@ -582,6 +610,7 @@ int main(void) {
   tcase_add_test(tc, net_links_direct);
   tcase_add_test(tc, own_buffers_one_gpu);
   tcase_add_test(tc, own_buffers_asked);
+  tcase_add_test(tc, own_buffers_processes);
   tcase_add_test(tc, tree_crossover);
   tcase_add_test(tc, force_ll);
   tcase_add_test(tc, force_simple);

@@ -84,9 +84,11 @@ struct ncclComm {
   int cuda_net_direct;
   /* Direct collectives on the ranks' own buffers (exec/cuda_direct.h):
    * 0 none, 1 every rank on one GPU (the default algorithm there), 2 on
-   * several GPUs of one process (only when NCCL_ALGO names Direct). The
-   * same on every rank. */
+   * several GPUs of one process (only when NCCL_ALGO names Direct), 3 in
+   * several processes on one GPU (calls of at most cuda_direct_ll_bytes a
+   * rank, in LL lines: weft_cuda_direct_ll_bytes). The same on every rank. */
   int cuda_direct;
+  size_t cuda_direct_ll_bytes;
   /* Most channels the host engine's collectives use by default: 8 or 4
    * where sockets carry the links and every host has cores for the helper
    * threads, 0 for the tuning's own default (core/comm_topo.c). The same

@@ -214,9 +214,8 @@ static cudaError_t fill_device(void *dst, const void *src, size_t n) {
 }
 
 /* Bytes of LL scratch per rank (two calls' lines from every sender),
- * allocated with the board, right after it. */
+ * allocated with the board, right after it (DIRECT_BOARD_BYTES). */
 #define DIRECT_LL_SCRATCH (1u << 20)
-#define DIRECT_BOARD_BYTES ((sizeof(weft_dev_board) + 255) & ~(size_t)255)
 
 extern "C" ncclResult_t weft_dev_board_create(int nranks, struct weft_dev_board **out,
                                               size_t *ll_bytes) {
@@ -224,7 +223,6 @@ extern "C" ncclResult_t weft_dev_board_create(int nranks, struct weft_dev_board 
   weft_dev_board host = {};
   DEV_CUDA(cudaMalloc((void **)&mem, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH),
            "allocating a direct board");
-  host.ll = (uint4 *)(mem + DIRECT_BOARD_BYTES);
   host.ll_lines = DIRECT_LL_SCRATCH / sizeof(uint4) / (2u * (unsigned)nranks);
   cudaError_t e = fill_device(mem, NULL, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH);
   if (e == cudaSuccess) e = fill_device(mem, &host, sizeof(host));

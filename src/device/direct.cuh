@@ -44,16 +44,26 @@ struct weft_dev_board {
   uint64_t recv_seq[WEFT_DEV_DIRECT_MAX_RANKS];
   unsigned send_arrive[WEFT_DEV_DIRECT_MAX_RANKS]; /* CTAs done with the send to a peer */
   unsigned p2p_arrive;
-  /* Small collectives in LL lines (direct_ll.cu): the rank's scratch,
-   * [2 call parities][nranks senders][ll_lines lines], written by every
-   * peer; its calls so far, and the CTAs of the current one that ended. */
-  alignas(128) uint4 *ll;
-  size_t ll_lines;
+  /* Small collectives in LL lines (direct_ll.cu): the rank's scratch
+   * (direct_ll_scratch), [2 call parities][nranks senders][ll_lines
+   * lines], written by every peer; its calls so far, and the CTAs of the
+   * current one that ended. */
+  alignas(128) size_t ll_lines;
   alignas(128) uint64_t ll_epoch;
   unsigned ll_arrive;
   unsigned ll_prev_all;          /* the last LL call needed every rank's lines */
   alignas(128) uint64_t ll_done; /* the last LL call the rank finished reading */
 };
+
+/* A board's bytes; its LL scratch follows them in the same allocation. */
+#define DIRECT_BOARD_BYTES ((sizeof(weft_dev_board) + 255) & ~(size_t)255)
+
+/* Board b's LL scratch, from b's address as this process maps it (a
+ * pointer stored in the board would be its owner's, wrong in a peer's
+ * process). */
+__host__ __device__ inline uint4 *direct_ll_scratch(const weft_dev_board *b) {
+  return (uint4 *)((char *)b + DIRECT_BOARD_BYTES);
+}
 
 /* Every datatype the direct kernels reduce, as X(NCCL's enum, element
  * type): one list for their dispatch switches. */

@@ -1,5 +1,6 @@
 /* Small direct collectives in LL lines: where every rank lives in one
- * process (direct.cu), a small AllReduce, AllGather, ReduceScatter,
+ * process (direct.cu), or in several processes on one GPU (each board
+ * mapped into every process by CUDA IPC), a small AllReduce, AllGather, ReduceScatter,
  * Broadcast or Reduce is one kernel per rank with no barrier:
  *
  *  1. Push: the rank writes what each peer needs from it (AllReduce,
@@ -54,7 +55,7 @@ __device__ __forceinline__ uint64_t div8(uint64_t a, int n) {
 
 __device__ __forceinline__ const uint4 *ll_slot(const weft_dev_board *b, uint64_t e, int n,
                                                 int sender) {
-  return b->ll + ((size_t)(e & 1) * (size_t)n + (size_t)sender) * b->ll_lines;
+  return direct_ll_scratch(b) + ((size_t)(e & 1) * (size_t)n + (size_t)sender) * b->ll_lines;
 }
 
 /* Sender q's line v, loaded already, or once it carries flag; 0: stop. */

@@ -353,6 +353,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (nnet == 0) res = weft_cuda_direct_create(comm, e->cross, &e->direct);
   if (res != ncclSuccess) goto err;
   comm->cuda_direct = weft_cuda_direct_kind(e->direct);
+  comm->cuda_direct_ll_bytes = weft_cuda_direct_ll_bytes(e->direct);
   comm->cuda_net_links = nnet > 0;
   comm->cuda_net_direct = nnet > 0 && !ranks_share_context(comm);
   queues_check(comm);
@@ -616,7 +617,7 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   weft_device_select(e->dev);
   if (comm->nranks == 1) return one_rank(comm, coll, premul, s);
   /* Direct on the ranks' own buffers, or a plan over the links. */
-  const int own = algo == WEFT_ALGO_DIRECT && e->direct != NULL;
+  const int own = algo == WEFT_ALGO_DIRECT && weft_cuda_direct_runs(e->direct, coll);
   struct plan_entry *entry = NULL;
   if (!own) WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   const void *in = coll->sendbuff;

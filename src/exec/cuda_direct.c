@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/check.h"
 #include "base/debug.h"
@@ -34,17 +35,25 @@ struct direct_group {
 };
 
 struct weft_cuda_direct {
-  struct direct_group *group;
+  struct direct_group *group;    /* one process; NULL: several */
   struct weft_dev_board *board;  /* this rank's */
   struct weft_dev_board **table; /* device: every rank's, in rank order */
-  int sys;                       /* some rank is on another GPU */
-  size_t ll_bytes;               /* most bytes a rank sends a peer in LL lines */
+  /* Several processes: each peer's board as this process maps it, and
+   * whether by CUDA IPC (to close), [nranks] each. */
+  struct weft_dev_board **mapped;
+  unsigned char *opened;
+  int nranks;
+  int sys;         /* some rank is on another GPU */
+  int procs;       /* ranks in several processes (one GPU): LL lines only */
+  size_t ll_bytes; /* most bytes a rank sends a peer in LL lines */
 };
 
 /* What each rank tells the others at init. */
 struct direct_card {
   struct weft_dev_board *board;
-  struct direct_group *group; /* rank 0's is the communicator's */
+  struct direct_group *group; /* rank 0's is the communicator's (one process) */
+  int pid;
+  cudaIpcMemHandle_t handle; /* several processes: the board's */
 };
 
 /* Every rank a thread of one process: the same pid on the same host. */
@@ -55,41 +64,97 @@ static int one_process(const struct ncclComm *comm) {
   return 1;
 }
 
+/* Several processes: each peer's board mapped here (a peer of this
+ * process by its address, another's by CUDA IPC: every rank is on this
+ * GPU). */
+static ncclResult_t map_boards(const struct ncclComm *comm, struct weft_cuda_direct *d,
+                               const struct direct_card *cards, struct weft_dev_board **boards) {
+  for (int p = 0; p < d->nranks; p++) {
+    if (cards[p].pid == cards[comm->rank].pid) {
+      boards[p] = cards[p].board;
+      continue;
+    }
+    void *mem = NULL;
+    cudaError_t e = cudaIpcOpenMemHandle(&mem, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      WARN("rank %d: direct collectives: cudaIpcOpenMemHandle of rank %d's board: %s",
+           comm->rank, p, cudaGetErrorString(e));
+      return ncclUnhandledCudaError;
+    }
+    boards[p] = d->mapped[p] = mem;
+    d->opened[p] = 1;
+  }
+  return ncclSuccess;
+}
+
 ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char *cross,
                                      struct weft_cuda_direct **out) {
   *out = NULL;
   int n = comm->nranks;
-  if (n < 2 || n > WEFT_DEV_DIRECT_MAX_RANKS || !one_process(comm)) return ncclSuccess;
+  if (n < 2 || n > WEFT_DEV_DIRECT_MAX_RANKS) return ncclSuccess;
+  /* Ranks in several processes: only where all share one GPU (the same
+   * answer on every rank), and then only small calls, in LL lines, which
+   * never touch a peer's buffers. */
+  int procs = !one_process(comm);
+  for (int p = 0; p < n && procs; p++)
+    if (cross[p]) return ncclSuccess;
   ncclResult_t res = ncclSystemError;
   struct weft_cuda_direct *d = calloc(1, sizeof(*d));
   struct direct_card *cards = calloc((size_t)n, sizeof(*cards));
   struct weft_dev_board **boards = calloc((size_t)n, sizeof(*boards));
   struct direct_group *mine = NULL;
-  if (comm->rank == 0) {
+  if (comm->rank == 0 && !procs) {
     mine = calloc(1, sizeof(*mine) + (size_t)n * sizeof(mine->boards[0]));
     if (mine != NULL) atomic_init(&mine->refs, n), mine->nranks = n;
   }
-  if (d == NULL || cards == NULL || boards == NULL || (comm->rank == 0 && mine == NULL)) {
+  if (d != NULL && procs) {
+    d->mapped = calloc((size_t)n, sizeof(*d->mapped));
+    d->opened = calloc((size_t)n, 1);
+  }
+  if (d == NULL || cards == NULL || boards == NULL || (comm->rank == 0 && !procs && mine == NULL) ||
+      (procs && (d->mapped == NULL || d->opened == NULL))) {
     WARN("rank %d: out of memory for the direct collectives' boards", comm->rank);
     goto fail;
   }
+  d->nranks = n;
+  d->procs = procs;
   res = weft_dev_board_create(n, &d->board, &d->ll_bytes);
   if (res != ncclSuccess) goto fail;
-  /* One process: a board's address is good in every rank (peer access
-   * across GPUs was enabled when the p2p transport linked them). */
-  cards[comm->rank] = (struct direct_card){d->board, mine};
+  cards[comm->rank] = (struct direct_card){.board = d->board, .group = mine, .pid = (int)getpid()};
+  if (procs) {
+    cudaError_t e = cudaIpcGetMemHandle(&cards[comm->rank].handle, d->board);
+    if (e != cudaSuccess) {
+      WARN("rank %d: direct collectives: cudaIpcGetMemHandle of the board: %s", comm->rank,
+           cudaGetErrorString(e));
+      res = ncclUnhandledCudaError;
+      goto fail;
+    }
+  }
   res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
   if (res != ncclSuccess) goto fail;
-  for (int p = 0; p < n; p++) boards[p] = cards[p].board;
-  d->group = cards[0].group;
-  d->group->boards[comm->rank] = d->board;
+  if (procs) {
+    res = map_boards(comm, d, cards, boards);
+    if (res != ncclSuccess) goto fail;
+  } else {
+    /* One process: a board's address is good in every rank (peer access
+     * across GPUs was enabled when the p2p transport linked them). */
+    for (int p = 0; p < n; p++) boards[p] = cards[p].board;
+    d->group = cards[0].group;
+    d->group->boards[comm->rank] = d->board;
+  }
   res = weft_dev_board_table(boards, n, &d->table);
   if (res != ncclSuccess) goto fail;
   for (int p = 0; p < n; p++) d->sys |= cross[p] != 0;
-  INFO(WEFT_INIT,
-       "rank %d: CUDA engine: direct collectives on the ranks' own buffers (%d ranks "
-       "in one process, %s)",
-       comm->rank, n, d->sys ? "several GPUs" : "one GPU");
+  if (procs)
+    INFO(WEFT_INIT,
+         "rank %d: CUDA engine: direct collectives in LL lines up to %zu bytes a rank (%d ranks "
+         "in several processes on one GPU, boards mapped by CUDA IPC)",
+         comm->rank, d->ll_bytes, n);
+  else
+    INFO(WEFT_INIT,
+         "rank %d: CUDA engine: direct collectives on the ranks' own buffers (%d ranks "
+         "in one process, %s)",
+         comm->rank, n, d->sys ? "several GPUs" : "one GPU");
   free(cards);
   free(boards);
   *out = d;
@@ -102,7 +167,13 @@ fail:
     weft_dev_board_destroy(d->board);
     free(mine);
   }
-  if (d != NULL) weft_dev_board_table_free(d->table);
+  if (d != NULL) {
+    weft_dev_board_table_free(d->table);
+    for (int p = 0; p < n && d->opened != NULL; p++)
+      if (d->opened[p]) cudaIpcCloseMemHandle(d->mapped[p]);
+    free(d->mapped);
+    free(d->opened);
+  }
   free(d);
   free(cards);
   free(boards);
@@ -112,6 +183,18 @@ fail:
 void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
   if (d == NULL) return;
   weft_dev_board_table_free(d->table);
+  if (d->procs) {
+    /* LL lines only: once this rank's last call ended, every peer has
+     * written its lines here and read this rank's (every rank makes the
+     * same calls), so no peer touches the board any more. */
+    for (int p = 0; p < d->nranks; p++)
+      if (d->opened[p]) cudaIpcCloseMemHandle(d->mapped[p]);
+    weft_dev_board_destroy(d->board);
+    free(d->mapped);
+    free(d->opened);
+    free(d);
+    return;
+  }
   /* The caller's kernels have ended; the last rank's end means every
    * rank's have, so no CTA reads a board any more. */
   struct direct_group *g = d->group;
@@ -123,7 +206,24 @@ void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
 }
 
 int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
-  return d == NULL ? 0 : d->sys ? 2 : 1;
+  return d == NULL ? 0 : d->procs ? 3 : d->sys ? 2 : 1;
+}
+
+size_t weft_cuda_direct_ll_bytes(const struct weft_cuda_direct *d) {
+  if (d == NULL || d->sys) return 0; /* never across GPUs yet */
+  int64_t ll_max = weft_param_int(WEFT_PARAM_DIRECT_LL_MAX);
+  return ll_max < (int64_t)d->ll_bytes ? (size_t)ll_max : d->ll_bytes;
+}
+
+/* A call in LL lines: its payload a sender (the input, or a rank's block
+ * of it) within WEFT_DIRECT_LL_MAX and the board's scratch. */
+static int ll_fits(const struct weft_cuda_direct *d, size_t slot) {
+  return slot <= weft_cuda_direct_ll_bytes(d);
+}
+
+int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll) {
+  if (d == NULL) return 0;
+  return !d->procs || ll_fits(d, coll->count * weft_dtype_size(coll->datatype));
 }
 
 /* ctas, within the lanes every rank of the GPU can run at once (at least
@@ -153,12 +253,17 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
   /* Small: in LL lines, no barrier (a sender's payload: the input, or a
    * rank's block of it). */
   size_t slot = coll->count * weft_dtype_size(coll->datatype);
-  int64_t ll_max = weft_param_int(WEFT_PARAM_DIRECT_LL_MAX);
-  if ((int64_t)slot <= ll_max && slot <= d->ll_bytes && !d->sys) {
+  if (ll_fits(d, slot)) {
     /* A line (8 bytes of a sender) a thread: the waits overlap. */
     size_t lines = (coll->func == WEFT_FUNC_ALLGATHER ? (size_t)comm->nranks : 1) * (slot + 7) / 8;
     int nctas = ctas_fit(comm, (lines + DIRECT_LL_THREADS - 1) / DIRECT_LL_THREADS);
     return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas, (cudaStream_t)stream);
+  }
+  if (d->procs) {
+    WARN("rank %d: %s of %zu bytes a rank: direct collectives across processes run in LL lines "
+         "only (at most %zu bytes): the tuning should not have picked it",
+         comm->rank, weft_func_name(coll->func), slot, weft_cuda_direct_ll_bytes(d));
+    return ncclInternalError;
   }
   /* The bytes this rank moves: its share of the call. */
   size_t bytes = weft_engine_op_bytes(coll);
@@ -173,7 +278,7 @@ int weft_cuda_direct_p2p_pick(const struct weft_cuda_direct *d, int nranks,
   unsigned char seen[2][WEFT_DEV_DIRECT_MAX_RANKS] = {{0}};
   int picked = 0;
   /* Several GPUs: not measured against the FIFO path yet (docs/CUDA.md). */
-  int on = d != NULL && !d->sys && nranks <= WEFT_DEV_DIRECT_MAX_RANKS;
+  int on = d != NULL && !d->sys && !d->procs && nranks <= WEFT_DEV_DIRECT_MAX_RANKS;
   for (int k = 0; k < nops && on; k++)
     if (seen[ops[k].is_send != 0][ops[k].peer] < 2) seen[ops[k].is_send != 0][ops[k].peer]++;
   for (int k = 0; k < nops; k++) {

@@ -2,10 +2,13 @@
  * rank of a communicator is a thread of one process (on one GPU, or on GPUs
  * the p2p transport gave peer access), each rank's kernel reads and writes
  * the other ranks' buffers itself: no FIFOs, every byte read once and
- * written once. Here: whether a communicator can, its boards (made at init,
+ * written once. Ranks in several processes on one GPU run the small calls
+ * in LL lines (direct_ll.cu), which touch only the boards. Here: whether a communicator can, its boards (made at init,
  * their addresses all-gathered once), and the launch. */
 #ifndef WEFT_EXEC_CUDA_DIRECT_H
 #define WEFT_EXEC_CUDA_DIRECT_H
+
+#include <stddef.h>
 
 #include "nccl.h"
 
@@ -17,14 +20,22 @@ struct weft_p2p;
 
 /* Collective over comm's ranks (every rank calls it, and every rank
  * decides alike from the all-gathered peer table): *out is NULL where the
- * communicator cannot run direct collectives (ranks in several processes,
- * one rank, more than WEFT_DEV_DIRECT_MAX_RANKS); cross[p] is nonzero for
+ * communicator cannot run direct collectives (ranks in several processes
+ * on several GPUs, one rank, more than WEFT_DEV_DIRECT_MAX_RANKS); cross[p] is nonzero for
  * a peer on another GPU. Call once the p2p transport linked the peers. */
 ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char *cross,
                                      struct weft_cuda_direct **out);
 void weft_cuda_direct_destroy(struct weft_cuda_direct *d);
-/* 1: every rank on one GPU; 2: ranks on several GPUs of the process. */
+/* 1: every rank on one GPU; 2: ranks on several GPUs of the process; 3:
+ * ranks in several processes on one GPU (boards mapped by CUDA IPC; LL
+ * lines only). */
 int weft_cuda_direct_kind(const struct weft_cuda_direct *d);
+/* Most bytes a rank sends a peer in one call in LL lines: the board's
+ * scratch, at most WEFT_DIRECT_LL_MAX (0: none). */
+size_t weft_cuda_direct_ll_bytes(const struct weft_cuda_direct *d);
+/* Whether coll can run directly (kind 3: only a call in LL lines); the
+ * same answer on every rank. */
+int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll);
 
 /* Launches coll on stream (a cudaStream_t), reading `in` (the input, or
  * PreMulSum's scaled copy) and reducing with op. */

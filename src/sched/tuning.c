@@ -252,7 +252,8 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
  * and then *out: the collectives it has, where NCCL_ALGO allows it; by
  * default only where every rank shares one GPU (measured there,
  * docs/PERFORMANCE.md) unless rows of the path fitted on func say a plan
- * is faster; on several GPUs of one process when NCCL_ALGO names it. */
+ * is faster, and across processes there only for calls in LL lines; on
+ * several GPUs of one process when NCCL_ALGO names it. */
 static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func func,
                        enum weft_tune_path path, double bytes, unsigned algos, unsigned protos,
                        struct choice *out) {
@@ -262,7 +263,10 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
       func != WEFT_FUNC_REDUCESCATTER && func != WEFT_FUNC_BROADCAST && func != WEFT_FUNC_REDUCE)
     return 0;
   if (!(tuning.algo_mask[func] & (1u << WEFT_ALGO_DIRECT))) return 0;
-  if (comm->cuda_direct != 1 && weft_param_str(WEFT_PARAM_ALGO) == NULL) return 0;
+  /* Several processes on one GPU: the calls that fit LL lines, by default
+   * (docs/CUDA.md, "Across processes"). */
+  if (comm->cuda_direct == 3 && bytes > (double)comm->cuda_direct_ll_bytes) return 0;
+  if (comm->cuda_direct == 2 && weft_param_str(WEFT_PARAM_ALGO) == NULL) return 0;
   out->algo = WEFT_ALGO_DIRECT;
   out->proto = WEFT_PROTO_SIMPLE;
   out->row = weft_tune_fit_find(path, func, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, n);
