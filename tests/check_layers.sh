@@ -129,11 +129,12 @@ if grep -nE "$flags" src/core/*.c src/core/*.h src/api/*.c src/api/*.h 2>/dev/nu
 fi
 
 # The GPU transports make their own links (transport/gpu_transport.h): CUDA
-# IPC of inboxes only in transport/p2p/, net FIFOs opened and connected
+# IPC only in transport/p2p/ (inboxes, and the direct collectives' boards
+# through p2p.h's weft_p2p_ipc_*), net FIFOs opened and connected
 # only in transport/net/ (the engine uploads what they fill).
 if grep -nE 'cudaIpc[A-Za-z]+\(' $(find src transport -name '*.c' -o -name '*.h' -o -name '*.cu' |
   grep -v '^transport/p2p/'); then
-  echo "the lines above use CUDA IPC outside transport/p2p/ (the p2p transport maps inboxes)"
+  echo "the lines above use CUDA IPC outside transport/p2p/ (the p2p transport maps inboxes; others call weft_p2p_ipc_* of p2p.h)"
   bad=1
 fi
 if grep -nE 'weft_net_fifo_(open|connect)\(' $(find src -name '*.c' -o -name '*.h'); then

@@ -15,6 +15,7 @@
 #include "core/comm.h"
 #include "exec/engine.h"
 #include "sched/schedule.h"
+#include "transport/p2p/p2p.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
@@ -75,10 +76,10 @@ static ncclResult_t map_boards(const struct ncclComm *comm, struct weft_cuda_dir
       continue;
     }
     void *mem = NULL;
-    cudaError_t e = cudaIpcOpenMemHandle(&mem, cards[p].handle, cudaIpcMemLazyEnablePeerAccess);
+    cudaError_t e = weft_p2p_ipc_open(cards[p].handle, &mem);
     if (e != cudaSuccess) {
-      WARN("rank %d: direct collectives: cudaIpcOpenMemHandle of rank %d's board: %s",
-           comm->rank, p, cudaGetErrorString(e));
+      WARN("rank %d: direct collectives: cudaIpcOpenMemHandle of rank %d's board: %s", comm->rank,
+           p, cudaGetErrorString(e));
       return ncclUnhandledCudaError;
     }
     boards[p] = d->mapped[p] = mem;
@@ -122,7 +123,7 @@ ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char 
   if (res != ncclSuccess) goto fail;
   cards[comm->rank] = (struct direct_card){.board = d->board, .group = mine, .pid = (int)getpid()};
   if (procs) {
-    cudaError_t e = cudaIpcGetMemHandle(&cards[comm->rank].handle, d->board);
+    cudaError_t e = weft_p2p_ipc_export(d->board, &cards[comm->rank].handle);
     if (e != cudaSuccess) {
       WARN("rank %d: direct collectives: cudaIpcGetMemHandle of the board: %s", comm->rank,
            cudaGetErrorString(e));
@@ -170,7 +171,7 @@ fail:
   if (d != NULL) {
     weft_dev_board_table_free(d->table);
     for (int p = 0; p < n && d->opened != NULL; p++)
-      if (d->opened[p]) cudaIpcCloseMemHandle(d->mapped[p]);
+      if (d->opened[p]) weft_p2p_ipc_close(d->mapped[p]);
     free(d->mapped);
     free(d->opened);
   }
@@ -188,7 +189,7 @@ void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
      * written its lines here and read this rank's (every rank makes the
      * same calls), so no peer touches the board any more. */
     for (int p = 0; p < d->nranks; p++)
-      if (d->opened[p]) cudaIpcCloseMemHandle(d->mapped[p]);
+      if (d->opened[p]) weft_p2p_ipc_close(d->mapped[p]);
     weft_dev_board_destroy(d->board);
     free(d->mapped);
     free(d->opened);
@@ -260,9 +261,10 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
     return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas, (cudaStream_t)stream);
   }
   if (d->procs) {
-    WARN("rank %d: %s of %zu bytes a rank: direct collectives across processes run in LL lines "
-         "only (at most %zu bytes): the tuning should not have picked it",
-         comm->rank, weft_func_name(coll->func), slot, weft_cuda_direct_ll_bytes(d));
+    WARN(
+        "rank %d: %s of %zu bytes a rank: direct collectives across processes run in LL lines "
+        "only (at most %zu bytes): the tuning should not have picked it",
+        comm->rank, weft_func_name(coll->func), slot, weft_cuda_direct_ll_bytes(d));
     return ncclInternalError;
   }
   /* The bytes this rank moves: its share of the call. */

@@ -50,6 +50,18 @@ size_t weft_p2p_slot_bytes(int rank, int nranks, const unsigned char *cross) {
     }                                                                               \
   } while (0)
 
+cudaError_t weft_p2p_ipc_export(void *base, cudaIpcMemHandle_t *out) {
+  return cudaIpcGetMemHandle(out, base);
+}
+
+cudaError_t weft_p2p_ipc_open(cudaIpcMemHandle_t handle, void **out) {
+  return cudaIpcOpenMemHandle(out, handle, cudaIpcMemLazyEnablePeerAccess);
+}
+
+void weft_p2p_ipc_close(void *mapped) {
+  cudaIpcCloseMemHandle(mapped);
+}
+
 /* What a rank tells its peers about its inbox. */
 struct inbox_card {
   int pid;
