@@ -56,7 +56,7 @@ int netns_hosts_ip(int host, const char *args) {
 void netns_hosts_destroy(void) {
   if (!created || getpid() != owner_pid) return;
   created = 0;
-  char line[128];
+  char line[512];
   for (int h = 0; h < NETNS_HOSTS; h++) {
     snprintf(line, sizeof(line), "ip netns del %s", ns_name[h]);
     run_line(line, 1);

@@ -27,7 +27,7 @@
 /* ---- Helpers ---------------------------------------------------------------- */
 
 static int allreduce_check(ncclComm_t comm, int rank, int nranks, size_t count) {
-  float *buf = malloc(count * sizeof(float));
+  float *buf = calloc(count, sizeof(float));
   HCHECK(buf != NULL, "out of memory");
   for (size_t i = 0; i < count; i++) buf[i] = (float)(rank + (int)(i % 7));
   ncclResult_t res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);

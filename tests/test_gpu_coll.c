@@ -34,6 +34,13 @@
  *            ranks) and processes (2, 4 ranks).
  *   big      one 256 MiB float-sum AllReduce on 4 ranks, out of place and
  *            in place.
+ *   windows  every rank's buffers registered by ncclCommWindowRegister,
+ *            then the collectives the direct algorithms run (AllReduce,
+ *            ReduceScatter, Reduce, AllGather, Broadcast) above the LL
+ *            size (float sum, int32 max, a PreMulSum, which keeps the
+ *            ring), in and out of place; 2 and 4 ranks as threads and as
+ *            processes (under MPS the processes' direct kernels work on
+ *            the peers' windows mapped by CUDA IPC).
  *
  * weft reads NCCL_ALGO and NCCL_PROTO once per process, and CUDA does not
  * survive fork, so every job runs in a worker: this binary run again
@@ -80,7 +87,7 @@
 enum mode { M_THREADS, M_PROCS, M_INITALL };
 static const char *const mode_names[] = {"threads", "procs", "initall"};
 
-enum { P_DTYPES = 1, P_COLLS = 2, P_ALGOS = 4, P_BIG = 8 };
+enum { P_DTYPES = 1, P_COLLS = 2, P_ALGOS = 4, P_BIG = 8, P_WINDOWS = 16 };
 
 struct job {
   const char *tcase; /* the matrix part's name: --case and the Check test case */
@@ -115,6 +122,8 @@ static const struct job jobs[] = {
     ALGO("Direct", "Simple"),
     ALGO("Direct", "LL"),
     {"big", M_THREADS, {4}, P_BIG, NULL, NULL},
+    {"windows", M_THREADS, {2, 4}, P_WINDOWS, NULL, NULL},
+    {"windows", M_PROCS, {2, 4}, P_WINDOWS, NULL, NULL},
 };
 #define NJOBS (int)(sizeof jobs / sizeof jobs[0])
 
@@ -299,6 +308,40 @@ static int part_big(struct run *ru) {
   return 0;
 }
 
+/* The direct collectives on windows: every local rank registers its two
+ * buffers (a collective call, one rank a thread or process: ru->nlocal
+ * is 1), runs the cases, then deregisters. Counts above the LL size (32
+ * KiB a rank) and one below. */
+static int part_windows(struct run *ru) {
+  static const enum coll direct[] = {C_ALLREDUCE, C_REDUCESCATTER, C_REDUCE, C_ALLGATHER,
+                                     C_BROADCAST};
+  static const size_t counts[] = {PRIME_COUNT, 65537, LARGE_COUNT};
+  struct lrank *l = &ru->l[0];
+  HCHECK(ru->nlocal == 1, "windows: one rank a thread or process");
+  ncclWindow_t ws = NULL, wr = NULL;
+  HNCCL(ncclCommWindowRegister(l->comm, l->d_send, l->cap, &ws, NCCL_WIN_COLL_SYMMETRIC));
+  HNCCL(ncclCommWindowRegister(l->comm, l->d_recv, l->cap, &wr, NCCL_WIN_COLL_SYMMETRIC));
+  int n = ru->nranks, root = 0;
+  for (int ci = 0; ci < 3; ci++) {
+    for (int ki = 0; ki < 5; ki++) {
+      size_t count = per_rank(ru, direct[ki], counts[ci]);
+      int reduces =
+          direct[ki] == C_ALLREDUCE || direct[ki] == C_REDUCESCATTER || direct[ki] == C_REDUCE;
+      ref_build(ru->t, dtype_find(ncclFloat32), ncclSum, n, ru->salt++);
+      for (int inplace = 0; inplace <= 1; inplace++, root = (root + 1) % n)
+        gcase_run(ru, direct[ki], ncclSum, count, root, inplace);
+      if (!reduces) continue;
+      ref_build(ru->t, dtype_find(ncclInt32), ncclMax, n, ru->salt++);
+      gcase_run(ru, direct[ki], ncclMax, count, root, 1);
+      ref_build(ru->t, dtype_find(ncclFloat32), OP_PREMUL_DEV, n, ru->salt++);
+      gcase_run(ru, direct[ki], OP_PREMUL_DEV, count, root, 0);
+    }
+  }
+  HNCCL(ncclCommWindowDeregister(l->comm, wr));
+  HNCCL(ncclCommWindowDeregister(l->comm, ws));
+  return 0;
+}
+
 /* Runs the job's parts on the local ranks; returns 0 when nothing failed. */
 static int run_parts(struct run *ru, unsigned parts) {
   double t0 = harness_now();
@@ -309,6 +352,7 @@ static int run_parts(struct run *ru, unsigned parts) {
   if (parts & P_COLLS) part_colls(ru);
   if (parts & P_ALGOS) part_algos(ru);
   if ((parts & P_BIG) && !ru->fatal && part_big(ru) != 0) ru->fatal = 1;
+  if ((parts & P_WINDOWS) && !ru->fatal && part_windows(ru) != 0) ru->fatal = 1;
   free(ru->t);
   int nfail = 0;
   const char *first = NULL;

@@ -2,8 +2,9 @@
  * weft needs no registration, so a handle is only checked and freed, but
  * every misuse (a handle deregistered twice, on another communicator, of
  * the other kind, or never made) is refused with ncclInvalidArgument and a
- * message. ncclMemAlloc gives device memory; without a GPU it fails with a
- * message. */
+ * message; a window registered inside a group is deregistered only after
+ * ncclGroupEnd (ncclInvalidUsage before). ncclMemAlloc gives device
+ * memory; without a GPU it fails with a message. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +67,22 @@ static int register_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   EXPECT(ncclCommWindowRegister(comm, buf, 64, &win, 0x10), ncclInvalidArgument, "winFlags");
   EXPECT(ncclCommWindowRegister(comm, buf, 64, NULL, 0), ncclInvalidArgument, "win");
   HNCCL(ncclCommWindowDeregister(comm, NULL));
+
+  /* Inside a group the window's collective step waits for ncclGroupEnd
+   * (one thread may hold several ranks): deregistering it before then is
+   * refused, after it works; two windows of one group keep their order. */
+  ncclWindow_t g1 = NULL, g2 = NULL;
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclCommWindowRegister(comm, buf, 64, &g1, NCCL_WIN_COLL_SYMMETRIC));
+  HNCCL(ncclCommWindowRegister(comm, buf + 64, 64, &g2, NCCL_WIN_COLL_SYMMETRIC));
+  HCHECK(g1 != NULL && g2 != NULL && g1 != g2, "windows of a group: %p, %p", (void *)g1,
+         (void *)g2);
+  EXPECT(ncclCommWindowDeregister(comm, g1), ncclInvalidUsage, "ncclGroupEnd");
+  HNCCL(ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, NULL));
+  HNCCL(ncclGroupEnd());
+  HCHECK(buf[0] == (float)(nranks * nranks), "all-reduce in the window's group gave %g", buf[0]);
+  HNCCL(ncclCommWindowDeregister(comm, g2));
+  HNCCL(ncclCommWindowDeregister(comm, g1));
 
   /* Handles left registered are released with their communicator. */
   ncclWindow_t left = NULL;

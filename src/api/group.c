@@ -11,6 +11,7 @@
  * ncclGroupSimulateEnd asks the engines for estimates only and sums them. */
 #include "api/group.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,15 @@ static _Thread_local size_t cap_tasks;
 static _Thread_local struct ncclComm **inits;
 static _Thread_local size_t ninits;
 
+/* Collective steps deferred to ncclGroupEnd (weft_group_add_step). */
+struct group_step {
+  struct ncclComm *comm;
+  ncclResult_t (*fn)(void *arg);
+  void *arg;
+};
+static _Thread_local struct group_step *steps;
+static _Thread_local size_t nsteps;
+
 int weft_group_depth(void) {
   return group_depth;
 }
@@ -50,8 +60,23 @@ ncclResult_t weft_group_add_init(struct ncclComm *comm) {
   return ncclSuccess;
 }
 
+ncclResult_t weft_group_add_step(struct ncclComm *comm, ncclResult_t (*fn)(void *arg), void *arg) {
+  struct group_step *grown = realloc(steps, (nsteps + 1) * sizeof(*grown));
+  if (grown == NULL) {
+    WARN("rank %d: out of memory for the group's deferred steps", comm->rank);
+    return ncclSystemError;
+  }
+  steps = grown;
+  steps[nsteps++] = (struct group_step){comm, fn, arg};
+  return ncclSuccess;
+}
+
 size_t weft_group_forget(const struct ncclComm *comm) {
   size_t kept = 0, dropped = 0;
+  for (size_t i = 0; i < nsteps; i++)
+    if (steps[i].comm != comm) steps[kept++] = steps[i];
+  nsteps = kept;
+  kept = 0;
   for (size_t i = 0; i < ntasks; i++) {
     if (tasks[i].comm == comm)
       dropped++;
@@ -78,6 +103,65 @@ static ncclResult_t finish_inits(void) {
   free(inits);
   inits = NULL;
   ninits = 0;
+  return res;
+}
+
+/* One communicator's deferred steps, run in call order (on a thread of
+ * its own where several communicators have some). */
+struct step_run {
+  struct ncclComm *comm;
+  const struct group_step *steps;
+  size_t nsteps;
+  ncclResult_t res;
+  pthread_t thread;
+  int started;
+};
+
+static void *run_steps(void *arg) {
+  struct step_run *r = arg;
+  for (size_t i = 0; i < r->nsteps && r->res == ncclSuccess; i++)
+    if (r->steps[i].comm == r->comm) r->res = r->steps[i].fn(r->steps[i].arg);
+  return NULL;
+}
+
+static ncclResult_t finish_steps(void) {
+  struct group_step *all = steps;
+  size_t n = nsteps;
+  steps = NULL;
+  nsteps = 0;
+  if (n == 0) {
+    free(all);
+    return ncclSuccess;
+  }
+  struct step_run *runs = calloc(n, sizeof(*runs));
+  if (runs == NULL) {
+    WARN("rank %d: out of memory running the group's deferred steps", all[0].comm->rank);
+    free(all);
+    return ncclSystemError;
+  }
+  size_t nruns = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t j = 0;
+    while (j < nruns && runs[j].comm != all[i].comm) j++;
+    if (j == nruns)
+      runs[nruns++] = (struct step_run){.comm = all[i].comm, .steps = all, .nsteps = n};
+  }
+  for (size_t j = 0; j < nruns && nruns > 1; j++) {
+    int e = pthread_create(&runs[j].thread, NULL, run_steps, &runs[j]);
+    runs[j].started = e == 0;
+    if (e != 0) {
+      WARN("rank %d: cannot start a thread for the group's deferred steps", runs[j].comm->rank);
+      runs[j].res = ncclSystemError;
+    }
+  }
+  if (nruns == 1) run_steps(&runs[0]);
+  ncclResult_t res = ncclSuccess;
+  for (size_t j = 0; j < nruns; j++) {
+    if (runs[j].started) pthread_join(runs[j].thread, NULL);
+    if (runs[j].res != ncclSuccess && res == ncclSuccess) res = runs[j].res;
+  }
+  free(runs);
+  free(all);
   return res;
 }
 
@@ -202,6 +286,8 @@ WEFT_API ncclResult_t ncclGroupEnd(void) {
   }
   if (--group_depth > 0) return ncclSuccess;
   ncclResult_t res = finish_inits();
+  ncclResult_t s = finish_steps();
+  if (res == ncclSuccess) res = s;
   ncclResult_t r = launch_tasks();
   return res != ncclSuccess ? res : r;
 }

@@ -23,6 +23,12 @@ int weft_group_depth(void);
 /* A communicator created inside the group; ncclGroupEnd waits for its init
  * when its config is blocking. */
 ncclResult_t weft_group_add_init(struct ncclComm *comm);
+/* A collective step of comm that cannot run inside the group (one thread
+ * may drive several of its ranks: ncclCommWindowRegister): ncclGroupEnd
+ * runs fn(arg), a communicator's steps in call order, different
+ * communicators' at once, each on a thread of its own, before the
+ * group's operations; the first failure is what ncclGroupEnd returns. */
+ncclResult_t weft_group_add_step(struct ncclComm *comm, ncclResult_t (*fn)(void *arg), void *arg);
 /* Drops everything the calling thread's open group holds for comm, which is
  * being destroyed or aborted; returns how many operations were dropped. */
 size_t weft_group_forget(const struct ncclComm *comm);

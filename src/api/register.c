@@ -4,12 +4,13 @@
  * NCCL registers a buffer so its kernels can read and write it in place
  * (NVLink SHARP, IB memory registration, symmetric windows). weft's
  * engines copy through their own FIFOs and need nothing from a user
- * buffer, so registration only records the buffer: the handle is a real
- * object that deregistration checks and frees. Live handles are kept in one
- * list, so a handle that was already deregistered, belongs to another
- * communicator, or was never returned by weft is named in a WARN and
- * refused (ncclInvalidArgument) without being dereferenced. A NULL handle,
- * which NCCL itself returns when registration is off, deregisters as a
+ * buffer, so registration records the buffer (the handle is a real
+ * object that deregistration checks and frees); a window is also handed
+ * to the engine, which maps it into every rank's process where the
+ * direct collectives need that (ranks in several processes on one GPU). Live handles are kept in
+ * one list, so a handle that was already deregistered, belongs to another communicator, or was
+ * never returned by weft is named in a WARN and refused (ncclInvalidArgument) without being
+ * dereferenced. A NULL handle, which NCCL itself returns when registration is off, deregisters as a
  * no-op. */
 #include "api/register.h"
 
@@ -20,8 +21,10 @@
 #include "nccl.h"
 
 #include "api/alias.h"
+#include "api/group.h"
 #include "base/check.h"
 #include "core/comm.h"
+#include "core/engine.h"
 
 struct weft_registration {
   struct weft_registration *prev, *next;
@@ -30,6 +33,8 @@ struct weft_registration {
   size_t size;
   int window;    /* 1: from ncclCommWindowRegister */
   int win_flags; /* NCCL_WIN_* */
+  void *engine;  /* a window: what the engine keeps of it (NULL: nothing) */
+  int pending;   /* a window registered inside a group: its engine step waits for ncclGroupEnd */
 };
 
 /* ncclWindow_t points to one of these; nccl.h leaves it opaque. */
@@ -107,11 +112,19 @@ static ncclResult_t reg_release(const char *caller, const struct ncclComm *comm,
     WARN("%s: %s %p belongs to comm %p, not to comm %p (rank %d)", caller, kind, handle,
          (const void *)r->comm, (const void *)comm, comm->rank);
     res = ncclInvalidArgument;
+  } else if (__atomic_load_n(&r->pending, __ATOMIC_ACQUIRE)) {
+    WARN(
+        "%s: window %p was registered inside a group that has not ended: call ncclGroupEnd "
+        "first",
+        caller, handle);
+    res = ncclInvalidUsage;
   } else {
     reg_unlink(r);
   }
   pthread_mutex_unlock(&reg_lock);
   if (res != ncclSuccess) return res;
+  if (r->engine != NULL && comm->engine != NULL)
+    comm->engine->window_release((struct ncclComm *)comm, r->engine);
   INFO(WEFT_REG, "%s: rank %d released buffer %p (%zu bytes)", caller, comm->rank, r->buff,
        r->size);
   free(r);
@@ -134,8 +147,8 @@ static ncclResult_t reg_new(const char *caller, const struct ncclComm *comm, con
   r->window = window;
   r->win_flags = win_flags;
   reg_link(r);
-  INFO(WEFT_REG, "%s: rank %d recorded buffer %p (%zu bytes%s); weft needs no registration", caller,
-       comm->rank, buff, size, win_flags & NCCL_WIN_COLL_SYMMETRIC ? ", symmetric" : "");
+  INFO(WEFT_REG, "%s: rank %d recorded buffer %p (%zu bytes%s)", caller, comm->rank, buff, size,
+       win_flags & NCCL_WIN_COLL_SYMMETRIC ? ", symmetric" : "");
   *out = r;
   return ncclSuccess;
 }
@@ -160,6 +173,18 @@ WEFT_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
 }
 WEFT_ALIAS(ncclCommDeregister)
 
+/* A window's engine step, at the end of the group it was registered in
+ * (api/group.h: weft_group_add_step). */
+static ncclResult_t window_step(void *arg) {
+  struct weft_registration *r = arg;
+  struct ncclComm *comm = (struct ncclComm *)r->comm;
+  ncclResult_t res = ncclSuccess;
+  if (comm->engine != NULL)
+    res = comm->engine->window_register(comm, (void *)r->buff, r->size, &r->engine);
+  __atomic_store_n(&r->pending, 0, __ATOMIC_RELEASE);
+  return res;
+}
+
 WEFT_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                              ncclWindow_t *win, int winFlags) {
   static const char caller[] = "ncclCommWindowRegister";
@@ -173,8 +198,31 @@ WEFT_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t
         caller, (unsigned)winFlags, NCCL_WIN_DEFAULT, NCCL_WIN_COLL_SYMMETRIC);
     return ncclInvalidArgument;
   }
+  /* Collective, as NCCL's: the engine may map the window into every
+   * rank's process (exec/cuda_direct.c). Inside a group (one thread may
+   * hold several ranks) that step waits for ncclGroupEnd. */
+  if (weft_group_depth() > 0) {
+    struct weft_registration *r;
+    WEFT_CHECK(reg_new(caller, comm, buff, size, 1, winFlags, &r));
+    r->pending = 1;
+    ncclResult_t res = weft_group_add_step(comm, window_step, r);
+    if (res != ncclSuccess) {
+      r->pending = 0;
+      reg_release(caller, comm, r, 1);
+      return res;
+    }
+    *win = (struct ncclWindow_vidmem *)r;
+    return ncclSuccess;
+  }
+  void *engine = NULL;
+  if (comm->engine != NULL) WEFT_CHECK(comm->engine->window_register(comm, buff, size, &engine));
   struct weft_registration *r;
-  WEFT_CHECK(reg_new(caller, comm, buff, size, 1, winFlags, &r));
+  ncclResult_t res = reg_new(caller, comm, buff, size, 1, winFlags, &r);
+  if (res != ncclSuccess) {
+    if (engine != NULL) comm->engine->window_release(comm, engine);
+    return res;
+  }
+  r->engine = engine;
   *win = (struct ncclWindow_vidmem *)r;
   return ncclSuccess;
 }

@@ -59,6 +59,12 @@ struct weft_engine_ops {
   void (*abort)(struct ncclComm *comm);
   /* Frees the engine's state (after abort: without waiting for peers). */
   void (*destroy)(struct ncclComm *comm, int abort);
+  /* ncclCommWindowRegister, collective over comm's ranks (every rank
+   * registers its windows in the same order): what the engine keeps of
+   * the window, *out (NULL: nothing). window_release frees it
+   * (ncclCommWindowDeregister; the engine's destroy frees those left). */
+  ncclResult_t (*window_register)(struct ncclComm *comm, void *buff, size_t size, void **out);
+  void (*window_release)(struct ncclComm *comm, void *window);
 };
 
 extern const struct weft_engine_ops weft_engine_host_ops;

@@ -168,6 +168,7 @@ enum weft_dev_error {
   WEFT_DEV_ERR_P2P_SIZE = 1, /* a send's byte count differs from the receive's */
   WEFT_DEV_ERR_P2P_STEP = 2, /* a receive found no send header: the ranks are out of step */
   WEFT_DEV_ERR_NET = 3,      /* the proxy's network link to the peer failed (src/proxy/) */
+  WEFT_DEV_ERR_WINDOW = 4,   /* a direct call across processes: a peer's buffer in no window */
 };
 #define WEFT_DEV_ERROR_WORD(reason, rank, peer)                                \
   (((uint64_t)(reason) << 56) | (((uint64_t)((peer) + 1) & 0xffffffu) << 32) | \
@@ -228,7 +229,15 @@ struct weft_dev_direct {
   ncclRedOp_t op;
   const void *sendbuff;
   void *recvbuff;
+  /* Ranks in several processes: the windows holding sendbuff and recvbuff
+   * (WEFT_DEV_NO_WINDOW: none), and xlate[w * nranks + p], what to add to
+   * rank p's address in window w to reach it here (nwin windows); xlate
+   * NULL: every rank in this process, addresses good as published. */
+  uint32_t in_win, out_win;
+  const long long *xlate;
+  uint32_t nwin;
 };
+#define WEFT_DEV_NO_WINDOW 0xffffffffu
 
 /* Launches conns->rank's part on stream with nctas CTAs (any number per
  * rank; every rank of the table must launch the same call, in the same

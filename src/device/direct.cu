@@ -112,14 +112,17 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
   __shared__ const char *ins[WEFT_DEV_DIRECT_MAX_RANKS];
   __shared__ char *outs[WEFT_DEV_DIRECT_MAX_RANKS];
   __shared__ uint64_t epoch;
-  __shared__ int go, sh_nin, sh_nout;
+  __shared__ int go, sh_nin, sh_nout, bad;
   weft_dev_board *me = a.boards[a.rank];
   const int n = a.nranks, r = a.rank, t = threadIdx.x;
   if (t == 0) {
+    bad = -1;
     epoch = *(volatile uint64_t *)&me->epoch + 1;
     if (blockIdx.x == 0) {
       me->in = a.in;
       me->out = a.out;
+      me->in_win = a.in_win;
+      me->out_win = a.out_win;
       st_release(&me->ready, epoch, a.sys);
     }
     go = wait_boards(a, offsetof(weft_dev_board, ready), epoch, WEFT_DEV_WAIT_PEER_READY);
@@ -137,6 +140,21 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
     const weft_dev_board *b = a.boards[q];
     const char *qin = b->in;
     char *qout = b->out;
+    if (a.xlate != NULL) {
+      /* Across processes: a peer's address in its window, moved to where
+       * this process maps that window; only the buffers this call uses. */
+      const bool need_in =
+          a.func != WEFT_FUNC_ALLGATHER && (a.func != WEFT_FUNC_BROADCAST || q == a.root);
+      const bool need_out =
+          a.func != WEFT_FUNC_REDUCESCATTER && (a.func != WEFT_FUNC_REDUCE || q == a.root);
+      const uint32_t wi = b->in_win, wo = b->out_win;
+      if ((need_in && wi >= a.nwin) || (need_out && wo >= a.nwin)) {
+        bad = q;
+      } else {
+        if (need_in) qin += a.xlate[(size_t)wi * n + q];
+        if (need_out) qout += a.xlate[(size_t)wo * n + q];
+      }
+    }
     switch (a.func) {
       case WEFT_FUNC_ALLREDUCE:
       case WEFT_FUNC_REDUCE:
@@ -154,6 +172,9 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
   }
   __syncthreads();
   if (t == 0) {
+    /* A peer's buffer in no window: nothing moves, the ranks still end
+     * the call together, and the error word says whose. */
+    if (bad >= 0 && blockIdx.x == 0) error_word_set(a.x, WEFT_DEV_ERR_WINDOW, bad);
     if (a.func == WEFT_FUNC_REDUCESCATTER) {
       outs[0] = a.out;
       nout = 1;
@@ -177,6 +198,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
   __syncthreads();
   nin = sh_nin;
   nout = sh_nout;
+  if (bad >= 0) len = 0;
   const int op = a.func == WEFT_FUNC_ALLGATHER || a.func == WEFT_FUNC_BROADCAST ? OP_COPY : a.op;
   const int div = a.avg && op != OP_COPY ? n : 0;
   if (len > 0 && nout > 0) nway_any(a.dt, op, ins, nin, outs, nout, len * es, div);

@@ -33,6 +33,7 @@ struct weft_dev_board {
   alignas(128) uint64_t ready;
   const char *in;
   char *out;
+  uint32_t in_win, out_win; /* across processes: their windows (weft_dev_direct) */
   alignas(128) uint64_t done;
   alignas(128) uint64_t epoch;
   unsigned arrive;
@@ -82,6 +83,8 @@ struct direct_call {
   int rank, nranks, func, root, dt, op, avg;
   const char *in;
   char *out;
+  uint32_t in_win, out_win, nwin; /* across processes (weft_dev_direct) */
+  const long long *xlate;
 };
 
 /* The call's fields from the engine's description (host side). */
@@ -98,6 +101,10 @@ static inline void direct_call_fill(direct_call *c, const struct weft_dev_direct
   c->avg = d->op == ncclAvg;
   c->in = (const char *)d->sendbuff;
   c->out = (char *)d->recvbuff;
+  c->in_win = d->in_win;
+  c->out_win = d->out_win;
+  c->nwin = d->nwin;
+  c->xlate = d->xlate;
   c->x.conns = *conns;
 }
 

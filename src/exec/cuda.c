@@ -16,6 +16,7 @@
 #include "base/mps.h"
 #include "base/param.h"
 #include "core/comm.h"
+#include "exec/engine.h"
 #include "exec/reduce.h"
 #include "sched/tuning.h"
 #include "weft_config.h"
@@ -62,8 +63,23 @@ static void queues_check(const struct ncclComm *comm) {
             weft_peer_same_gpu(&comm->peers[p], me);
   const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
   int queues = v != NULL && *v ? atoi(v) : 8;
-  if (here < 2 || 2 * here <= queues) return;
+  /* Under MPS the server grants a client fewer queues than it asks for
+   * (3 rank-threads, 6 streams, timed out there on the H200): any two
+   * rank-threads on one GPU may wait on each other. */
+  int mps = 0;
+  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, comm->cuda_dev) != cudaSuccess) mps = 0;
+  if (here < 2 || (!mps && 2 * here <= queues)) return;
   static atomic_int said;
+  if (mps) {
+    if (atomic_fetch_add(&said, 1) == 0)
+      WARN(
+          "rank %d: %d ranks of this process share GPU %d under MPS: the MPS server gives this "
+          "process fewer hardware queues than their %d streams, so a rank's kernel can wait "
+          "behind a peer's that waits for it (a timeout naming no culprit). Run rank-threads "
+          "sharing a GPU without MPS, or one rank per process under MPS (docs/CUDA.md)",
+          comm->rank, here, comm->cuda_dev, 2 * here);
+    return;
+  }
   if (atomic_fetch_add(&said, 1) == 0)
     WARN(
         "rank %d: %d ranks of this process share GPU %d: their %d streams share "
@@ -370,6 +386,26 @@ void weft_cuda_engine_abort(struct ncclComm *comm) {
     __atomic_store_n((uint32_t *)&comm->cuda->flags->abort, 1, __ATOMIC_RELEASE);
 }
 
+ncclResult_t weft_cuda_engine_window_register(struct ncclComm *comm, void *buff, size_t size,
+                                              void **out) {
+  struct weft_cuda_engine *e = comm->cuda;
+  *out = NULL;
+  if (e == NULL) return ncclSuccess;
+  weft_device_select(e->dev);
+  return weft_cuda_direct_window_register(comm, e->direct, buff, size, out);
+}
+
+void weft_cuda_engine_window_release(struct ncclComm *comm, void *window) {
+  struct weft_cuda_engine *e = comm->cuda;
+  if (e == NULL || window == NULL) return;
+  weft_device_select(e->dev);
+  weft_cuda_direct_window_release(e->direct, window);
+}
+
+int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll *coll) {
+  return comm->cuda != NULL && weft_cuda_direct_mapped(comm->cuda->direct, coll);
+}
+
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   struct weft_cuda_engine *e = comm->cuda;
   if (e == NULL) return;
@@ -617,7 +653,8 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   weft_device_select(e->dev);
   if (comm->nranks == 1) return one_rank(comm, coll, premul, s);
   /* Direct on the ranks' own buffers, or a plan over the links. */
-  const int own = algo == WEFT_ALGO_DIRECT && weft_cuda_direct_runs(e->direct, coll);
+  const int own =
+      algo == WEFT_ALGO_DIRECT && weft_cuda_direct_runs(e->direct, coll, premul != NULL);
   struct plan_entry *entry = NULL;
   if (!own) WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   const void *in = coll->sendbuff;
@@ -895,6 +932,13 @@ ncclResult_t weft_cuda_engine_check(struct ncclComm *comm) {
           "died or closed its connection); the communicator has failed",
           comm->rank, who, peer);
       break;
+    case WEFT_DEV_ERR_WINDOW:
+      WARN(
+          "rank %d: CUDA engine: a direct collective across processes: rank %d's buffer is not "
+          "in a window registered with ncclCommWindowRegister on every rank (rank %d's view); "
+          "nothing was moved and the communicator has failed",
+          comm->rank, peer, who);
+      break;
     case WEFT_DEV_ERR_P2P_STEP:
       WARN(
           "rank %d: CUDA engine: what rank %d received from rank %d where an ncclRecv waited "
@@ -935,6 +979,20 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
 
 void weft_cuda_engine_abort(struct ncclComm *comm) {
   (void)comm;
+}
+
+ncclResult_t weft_cuda_engine_window_register(struct ncclComm *comm, void *buff, size_t size,
+                                              void **out) {
+  return weft__engine_no_window(comm, buff, size, out);
+}
+
+void weft_cuda_engine_window_release(struct ncclComm *comm, void *window) {
+  weft__engine_no_window_release(comm, window);
+}
+
+int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll *coll) {
+  (void)comm, (void)coll;
+  return 0;
 }
 
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,

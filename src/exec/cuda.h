@@ -21,6 +21,12 @@ enum weft_cuda_path {
   WEFT_CUDA_PATH_STAGED, /* device buffers copied to host memory and run by the host engine */
 };
 
+/* The CUDA driver's function name (version 11.7's), through the runtime,
+ * into *pfn_out (size bytes: a function pointer); a driver without it is
+ * a WARN naming who asked. */
+ncclResult_t weft_cuda_driver_fn(const struct ncclComm *comm, const char *who, const char *name,
+                                 void *pfn_out, size_t size);
+
 /* Collective over comm's bootstrap: every rank returns the same path, and
  * one INFO line says which and why. */
 ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out);
@@ -32,6 +38,16 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm);
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort);
 /* Makes every kernel wait of comm give up (ncclCommAbort). */
 void weft_cuda_engine_abort(struct ncclComm *comm);
+/* The engine table's window slots (core/engine.h): ranks in several
+ * processes on one GPU map each other's windows for the direct
+ * collectives (exec/cuda_direct.h); elsewhere nothing is kept. */
+ncclResult_t weft_cuda_engine_window_register(struct ncclComm *comm, void *buff, size_t size,
+                                              void **out);
+void weft_cuda_engine_window_release(struct ncclComm *comm, void *window);
+/* Whether coll's buffers lie in windows every rank mapped (the same
+ * answer on every rank where every rank passes window buffers, as
+ * ncclCommWindowRegister's users must). */
+int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll *coll);
 /* Channels a plan on comm may use (the FIFOs hold twice that for trees). */
 int weft_cuda_engine_max_channels(const struct ncclComm *comm);
 /* PreMulSum's scalar as the engine takes it: ncclScalarDevice's pointer,

@@ -19,9 +19,11 @@
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
+#include "exec/cuda.h"
 
 /* Threads of a direct kernel's CTA (direct.cuh's DIRECT_THREADS). */
 #define DIRECT_LL_THREADS 512
@@ -35,6 +37,24 @@ struct direct_group {
   struct weft_dev_board *boards[]; /* each rank sets its own */
 };
 
+/* Windows (ncclCommWindowRegister) across processes: at most this many a
+ * communicator are mapped; xlate holds a row of nranks translations for
+ * each, allocated once (a captured graph keeps its address). */
+#define DIRECT_MAX_WINDOWS 256
+
+/* A window every rank registered: this rank's buffer, and where the
+ * peers' (opened by CUDA IPC) lie in this process. */
+struct direct_window {
+  struct direct_window *next;
+  uint32_t id; /* registration order on the communicator: the same on every rank */
+  const char *lo;
+  size_t size;
+  int usable;    /* every rank exported and mapped it */
+  void **mapped; /* [nranks]: a peer's allocation opened here (NULL: not opened) */
+};
+
+typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+
 struct weft_cuda_direct {
   struct direct_group *group;    /* one process; NULL: several */
   struct weft_dev_board *board;  /* this rank's */
@@ -43,10 +63,16 @@ struct weft_cuda_direct {
    * whether by CUDA IPC (to close), [nranks] each. */
   struct weft_dev_board **mapped;
   unsigned char *opened;
-  int nranks;
+  int nranks, rank;
   int sys;         /* some rank is on another GPU */
   int procs;       /* ranks in several processes (one GPU): LL lines only */
   size_t ll_bytes; /* most bytes a rank sends a peer in LL lines */
+  /* Several processes: the windows, newest first; xlate (device,
+   * DIRECT_MAX_WINDOWS x nranks, made at the first window); ids given. */
+  struct direct_window *windows;
+  long long *xlate;
+  uint32_t nwindows;
+  get_range_fn get_range;
 };
 
 /* What each rank tells the others at init. */
@@ -118,6 +144,7 @@ ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char 
     goto fail;
   }
   d->nranks = n;
+  d->rank = comm->rank;
   d->procs = procs;
   res = weft_dev_board_create(n, &d->board, &d->ll_bytes);
   if (res != ncclSuccess) goto fail;
@@ -181,13 +208,28 @@ fail:
   return res;
 }
 
+/* Unlinks w from d's windows and closes what it opened. */
+static void window_free(struct weft_cuda_direct *d, struct direct_window *w) {
+  struct direct_window **pp = &d->windows;
+  while (*pp != NULL && *pp != w) pp = &(*pp)->next;
+  if (*pp == w) *pp = w->next;
+  for (int p = 0; p < d->nranks && w->mapped != NULL; p++)
+    if (w->mapped[p] != NULL) weft_p2p_ipc_close(w->mapped[p]);
+  free(w->mapped);
+  free(w);
+}
+
 void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
   if (d == NULL) return;
   weft_dev_board_table_free(d->table);
   if (d->procs) {
-    /* LL lines only: once this rank's last call ended, every peer has
-     * written its lines here and read this rank's (every rank makes the
-     * same calls), so no peer touches the board any more. */
+    /* Once this rank's last call ended, every peer has written its lines
+     * here and read this rank's, and moved its share of any windowed call
+     * (every rank makes the same calls); a peer's last CTA may still be
+     * reading this board's done word, as it may a p2p inbox's (docs/
+     * CUDA.md, "Across processes"). */
+    while (d->windows != NULL) window_free(d, d->windows);
+    if (d->xlate != NULL) cudaFree(d->xlate);
     for (int p = 0; p < d->nranks; p++)
       if (d->opened[p]) weft_p2p_ipc_close(d->mapped[p]);
     weft_dev_board_destroy(d->board);
@@ -206,6 +248,185 @@ void weft_cuda_direct_destroy(struct weft_cuda_direct *d) {
   free(d);
 }
 
+/* ---- Windows across processes -------------------------------------------- */
+
+/* What each rank tells the others of a window. */
+struct window_card {
+  int pid;
+  int ok;         /* exported (first round); mapped every peer's (second) */
+  uintptr_t base; /* the allocation holding the buffer, at its owner's address */
+  cudaIpcMemHandle_t handle;
+};
+
+/* n bytes from host to dev on a stream of its own (a peer's kernel that
+ * spins on this rank never holds it up). */
+static cudaError_t upload(void *dev, const void *host, size_t n) {
+  cudaStream_t st;
+  cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  if (e != cudaSuccess) return e;
+  e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  cudaStreamDestroy(st);
+  return e;
+}
+
+/* This rank's card for buff: the allocation's base and IPC handle; ok 0
+ * (with an INFO saying why) where it cannot be exported. */
+static void window_export(const struct ncclComm *comm, struct weft_cuda_direct *d, void *buff,
+                          size_t size, struct window_card *card) {
+  card->pid = (int)getpid();
+  if (buff == NULL || size == 0) return;
+  if (d->get_range == NULL &&
+      weft_cuda_driver_fn(comm, "window registration", "cuMemGetAddressRange", &d->get_range,
+                          sizeof(d->get_range)) != ncclSuccess)
+    return;
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  CUresult r = d->get_range(&base, &bytes, (CUdeviceptr)(uintptr_t)buff);
+  cudaError_t e = cudaErrorInvalidValue;
+  if (r == CUDA_SUCCESS) e = weft_p2p_ipc_export((void *)(uintptr_t)base, &card->handle);
+  if (r != CUDA_SUCCESS || e != cudaSuccess) {
+    (void)cudaGetLastError();
+    INFO(WEFT_REG | WEFT_INIT,
+         "rank %d: ncclCommWindowRegister: buffer %p cannot be shared with other processes (%s): "
+         "calls on it keep the ring",
+         comm->rank, buff, r != CUDA_SUCCESS ? "not from cudaMalloc" : cudaGetErrorString(e));
+    return;
+  }
+  card->base = (uintptr_t)base;
+  card->ok = 1;
+}
+
+/* Opens every peer's allocation of another process; row[p]: what to add
+ * to rank p's address to reach it here. 1 when all opened. */
+static int window_open(const struct ncclComm *comm, struct weft_cuda_direct *d,
+                       struct direct_window *w, const struct window_card *cards, long long *row) {
+  for (int p = 0; p < d->nranks; p++) {
+    if (cards[p].pid == cards[comm->rank].pid) continue; /* one address space */
+    void *mem = NULL;
+    cudaError_t e = weft_p2p_ipc_open(cards[p].handle, &mem);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      INFO(WEFT_REG | WEFT_INIT,
+           "rank %d: ncclCommWindowRegister: cannot map rank %d's window (%s): calls on it "
+           "keep the ring",
+           comm->rank, p, cudaGetErrorString(e));
+      return 0;
+    }
+    w->mapped[p] = mem;
+    row[p] = (long long)((uintptr_t)mem - cards[p].base);
+  }
+  return 1;
+}
+
+ncclResult_t weft_cuda_direct_window_register(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                              void *buff, size_t size, void **out) {
+  *out = NULL;
+  if (d == NULL || !d->procs) return ncclSuccess; /* the same answer on every rank */
+  int n = d->nranks;
+  ncclResult_t res = ncclSystemError;
+  struct window_card *cards = calloc((size_t)n, sizeof(*cards));
+  long long *row = calloc((size_t)n, sizeof(*row));
+  struct direct_window *w = calloc(1, sizeof(*w));
+  if (w != NULL) w->mapped = calloc((size_t)n, sizeof(*w->mapped));
+  if (cards == NULL || row == NULL || w == NULL || w->mapped == NULL) {
+    WARN("rank %d: ncclCommWindowRegister: out of memory", comm->rank);
+    goto fail;
+  }
+  w->id = d->nwindows++;
+  w->lo = buff;
+  w->size = size;
+  if (d->xlate == NULL) {
+    cudaError_t e = cudaMalloc((void **)&d->xlate, (size_t)DIRECT_MAX_WINDOWS * (size_t)n * 8);
+    if (e != cudaSuccess) {
+      WARN("rank %d: ncclCommWindowRegister: cudaMalloc of the windows' table: %s", comm->rank,
+           cudaGetErrorString(e));
+      d->xlate = NULL;
+      res = ncclUnhandledCudaError;
+      goto fail;
+    }
+  }
+  /* Every rank takes part in both rounds, whatever it found, so all end
+   * with the same answer: the window is usable where every rank exported
+   * it and mapped every peer's. */
+  if (w->id < DIRECT_MAX_WINDOWS) window_export(comm, d, buff, size, &cards[comm->rank]);
+  res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+  if (res != ncclSuccess) goto fail;
+  int all = 1;
+  for (int p = 0; p < n; p++) all &= cards[p].ok;
+  int mine = all && window_open(comm, d, w, cards, row);
+  for (int p = 0; p < n; p++) cards[p].ok = 0;
+  cards[comm->rank].ok = mine;
+  res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+  if (res != ncclSuccess) goto fail;
+  w->usable = 1;
+  for (int p = 0; p < n; p++) w->usable &= cards[p].ok;
+  if (w->usable) {
+    cudaError_t e = upload(d->xlate + (size_t)w->id * (size_t)n, row, (size_t)n * sizeof(*row));
+    if (e != cudaSuccess) {
+      WARN("rank %d: ncclCommWindowRegister: copying the window's table: %s", comm->rank,
+           cudaGetErrorString(e));
+      res = ncclUnhandledCudaError;
+      goto fail;
+    }
+  }
+  INFO(WEFT_REG, "rank %d: window %u (%p, %zu bytes): %s", comm->rank, w->id, buff, size,
+       w->usable ? "mapped by every rank: direct collectives on it at any size"
+                 : "not mapped: calls on it keep the ring above the LL size");
+  w->next = d->windows;
+  d->windows = w;
+  free(cards);
+  free(row);
+  *out = w;
+  return ncclSuccess;
+fail:
+  if (w != NULL) {
+    for (int p = 0; p < n && w->mapped != NULL; p++)
+      if (w->mapped[p] != NULL) weft_p2p_ipc_close(w->mapped[p]);
+    free(w->mapped);
+  }
+  free(w);
+  free(cards);
+  free(row);
+  return res;
+}
+
+void weft_cuda_direct_window_release(struct weft_cuda_direct *d, void *window) {
+  if (d == NULL || window == NULL) return;
+  window_free(d, window);
+}
+
+/* The usable window holding [p, p + bytes), or NULL. */
+static const struct direct_window *window_of(const struct weft_cuda_direct *d, const void *p,
+                                             size_t bytes) {
+  for (const struct direct_window *w = d->windows; w != NULL; w = w->next)
+    if (w->usable && (const char *)p >= w->lo && bytes <= w->size &&
+        (size_t)((const char *)p - w->lo) <= w->size - bytes)
+      return w;
+  return NULL;
+}
+
+/* The bytes of coll's input and output on this rank, and whether this
+ * rank's kernel reads (writes) them; a Broadcast's input is the root's
+ * alone, a Reduce's output too. */
+static void coll_spans(const struct weft_coll *coll, int nranks, int rank, size_t *in_bytes,
+                       size_t *out_bytes) {
+  size_t b = coll->count * weft_dtype_size(coll->datatype);
+  *in_bytes = *out_bytes = b;
+  if (coll->func == WEFT_FUNC_ALLGATHER) *out_bytes = b * (size_t)nranks;
+  if (coll->func == WEFT_FUNC_REDUCESCATTER) *in_bytes = b * (size_t)nranks;
+  if (coll->func == WEFT_FUNC_BROADCAST && rank != coll->root) *in_bytes = 0;
+  if (coll->func == WEFT_FUNC_REDUCE && rank != coll->root) *out_bytes = 0;
+}
+
+int weft_cuda_direct_mapped(const struct weft_cuda_direct *d, const struct weft_coll *coll) {
+  if (d == NULL || !d->procs || d->windows == NULL) return 0;
+  size_t in_bytes, out_bytes;
+  coll_spans(coll, d->nranks, d->rank, &in_bytes, &out_bytes);
+  return (in_bytes == 0 || window_of(d, coll->sendbuff, in_bytes) != NULL) &&
+         (out_bytes == 0 || window_of(d, coll->recvbuff, out_bytes) != NULL);
+}
+
 int weft_cuda_direct_kind(const struct weft_cuda_direct *d) {
   return d == NULL ? 0 : d->procs ? 3 : d->sys ? 2 : 1;
 }
@@ -222,9 +443,11 @@ static int ll_fits(const struct weft_cuda_direct *d, size_t slot) {
   return slot <= weft_cuda_direct_ll_bytes(d);
 }
 
-int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll) {
+int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll,
+                          int premul) {
   if (d == NULL) return 0;
-  return !d->procs || ll_fits(d, coll->count * weft_dtype_size(coll->datatype));
+  return !d->procs || ll_fits(d, coll->count * weft_dtype_size(coll->datatype)) ||
+         (!premul && weft_cuda_direct_mapped(d, coll));
 }
 
 /* ctas, within the lanes every rank of the GPU can run at once (at least
@@ -250,7 +473,9 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
                                  .datatype = coll->datatype,
                                  .op = op,
                                  .sendbuff = in,
-                                 .recvbuff = coll->recvbuff};
+                                 .recvbuff = coll->recvbuff,
+                                 .in_win = WEFT_DEV_NO_WINDOW,
+                                 .out_win = WEFT_DEV_NO_WINDOW};
   /* Small: in LL lines, no barrier (a sender's payload: the input, or a
    * rank's block of it). */
   size_t slot = coll->count * weft_dtype_size(coll->datatype);
@@ -261,11 +486,24 @@ ncclResult_t weft_cuda_direct_launch(struct ncclComm *comm, struct weft_cuda_dir
     return weft_dev_direct_ll_launch(&call, d->table, conns, slot, nctas, (cudaStream_t)stream);
   }
   if (d->procs) {
-    WARN(
-        "rank %d: %s of %zu bytes a rank: direct collectives across processes run in LL lines "
-        "only (at most %zu bytes): the tuning should not have picked it",
-        comm->rank, weft_func_name(coll->func), slot, weft_cuda_direct_ll_bytes(d));
-    return ncclInternalError;
+    /* Across processes: on windows, the peers' addresses translated
+     * (weft_cuda_direct_runs said they are; a PreMulSum's scaled copy is
+     * in none, so those stay in LL lines or on the ring). */
+    size_t in_bytes, out_bytes;
+    coll_spans(coll, d->nranks, d->rank, &in_bytes, &out_bytes);
+    const struct direct_window *wi = in_bytes ? window_of(d, in, in_bytes) : NULL;
+    const struct direct_window *wo = out_bytes ? window_of(d, coll->recvbuff, out_bytes) : NULL;
+    if ((in_bytes && wi == NULL) || (out_bytes && wo == NULL)) {
+      WARN(
+          "rank %d: %s of %zu bytes a rank: direct collectives across processes need LL lines "
+          "(at most %zu bytes) or buffers in windows every rank mapped",
+          comm->rank, weft_func_name(coll->func), slot, weft_cuda_direct_ll_bytes(d));
+      return ncclInternalError;
+    }
+    call.in_win = wi != NULL ? wi->id : WEFT_DEV_NO_WINDOW;
+    call.out_win = wo != NULL ? wo->id : WEFT_DEV_NO_WINDOW;
+    call.xlate = d->xlate;
+    call.nwin = d->nwindows < DIRECT_MAX_WINDOWS ? d->nwindows : DIRECT_MAX_WINDOWS;
   }
   /* The bytes this rank moves: its share of the call. */
   size_t bytes = weft_engine_op_bytes(coll);

@@ -3,8 +3,8 @@
  * the p2p transport gave peer access), each rank's kernel reads and writes
  * the other ranks' buffers itself: no FIFOs, every byte read once and
  * written once. Ranks in several processes on one GPU run the small calls
- * in LL lines (direct_ll.cu), which touch only the boards. Here: whether a communicator can, its boards (made at init,
- * their addresses all-gathered once), and the launch. */
+ * in LL lines (direct_ll.cu), which touch only the boards. Here: whether a communicator can, its
+ * boards (made at init, their addresses all-gathered once), and the launch. */
 #ifndef WEFT_EXEC_CUDA_DIRECT_H
 #define WEFT_EXEC_CUDA_DIRECT_H
 
@@ -33,9 +33,23 @@ int weft_cuda_direct_kind(const struct weft_cuda_direct *d);
 /* Most bytes a rank sends a peer in one call in LL lines: the board's
  * scratch, at most WEFT_DIRECT_LL_MAX (0: none). */
 size_t weft_cuda_direct_ll_bytes(const struct weft_cuda_direct *d);
-/* Whether coll can run directly (kind 3: only a call in LL lines); the
- * same answer on every rank. */
-int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll);
+/* Whether coll (premul: a PreMulSum, run from a scaled copy) can run
+ * directly; kind 3: in LL lines, or on windows every rank mapped. */
+int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll,
+                          int premul);
+/* Kind 3: whether coll's buffers on this rank (those its kernel reads or
+ * writes) lie in windows every rank mapped. */
+int weft_cuda_direct_mapped(const struct weft_cuda_direct *d, const struct weft_coll *coll);
+
+/* ncclCommWindowRegister on a kind-3 communicator (collective: every rank
+ * calls it, in the same order): exports the buffer's allocation by CUDA
+ * IPC, maps every peer's, and keeps the translations where the kernels
+ * read them; *out the window (NULL on other kinds). A buffer some rank
+ * cannot export (not from cudaMalloc) is registered but not mapped, on
+ * every rank alike. */
+ncclResult_t weft_cuda_direct_window_register(struct ncclComm *comm, struct weft_cuda_direct *d,
+                                              void *buff, size_t size, void **out);
+void weft_cuda_direct_window_release(struct weft_cuda_direct *d, void *window);
 
 /* Launches coll on stream (a cudaStream_t), reading `in` (the input, or
  * PreMulSum's scaled copy) and reducing with op. */

@@ -132,3 +132,27 @@ ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path 
 }
 
 #endif
+
+#if WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+ncclResult_t weft_cuda_driver_fn(const struct ncclComm *comm, const char *who, const char *name,
+                                 void *pfn_out, size_t size) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 11070, cudaEnableDefault, &q);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (err == cudaSuccess && fn != NULL && q == cudaDriverEntryPointSuccess) {
+    memcpy(pfn_out, &fn, size);
+    return ncclSuccess;
+  }
+  WARN(
+      "rank %d: %s: the CUDA driver does not provide %s (%s); it needs a driver for CUDA 11.7 "
+      "or later",
+      comm->rank, who, name, err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+  return ncclSystemError;
+}
+#endif

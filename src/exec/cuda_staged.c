@@ -47,6 +47,7 @@
 #include "base/check.h"
 #include "core/comm.h"
 #include "base/param.h"
+#include "exec/cuda.h"
 #include "exec/reduce.h"
 #include "transport/socket.h"
 #include "weft_config.h"
@@ -660,26 +661,6 @@ ncclResult_t weft_cuda_staged_p2p(struct ncclComm *comm, struct weft_host_task *
 
 /* ---- Life ------------------------------------------------------------------------- */
 
-static ncclResult_t entry_point(const struct ncclComm *comm, const char *name, void *pfn_out,
-                                size_t size) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 11070, cudaEnableDefault, &q);
-#else
-  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-  if (err == cudaSuccess && fn != NULL && q == cudaDriverEntryPointSuccess) {
-    memcpy(pfn_out, &fn, size);
-    return ncclSuccess;
-  }
-  WARN(
-      "rank %d: staged path: the CUDA driver does not provide %s (%s); it needs a driver for "
-      "CUDA 11.7 or later",
-      comm->rank, name, err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
-  return ncclSystemError;
-}
-
 /* The stream memory operations once, on a private stream: a driver that
  * refuses them fails init with the reason instead of the first call. */
 static ncclResult_t staged_probe(const struct ncclComm *comm, const struct weft_cuda_staged *st) {
@@ -725,11 +706,14 @@ ncclResult_t weft_cuda_staged_create(struct ncclComm *comm) {
   }
   st->dev = comm->cuda_dev;
   int prev = device_enter(st);
-  ncclResult_t res = entry_point(comm, "cuStreamWaitValue32", &st->wait32, sizeof(st->wait32));
+  ncclResult_t res = weft_cuda_driver_fn(comm, "staged path", "cuStreamWaitValue32", &st->wait32,
+                                         sizeof(st->wait32));
   if (res == ncclSuccess)
-    res = entry_point(comm, "cuStreamWriteValue32", &st->write32, sizeof(st->write32));
+    res = weft_cuda_driver_fn(comm, "staged path", "cuStreamWriteValue32", &st->write32,
+                              sizeof(st->write32));
   if (res == ncclSuccess)
-    res = entry_point(comm, "cuGetErrorString", &st->errstr, sizeof(st->errstr));
+    res = weft_cuda_driver_fn(comm, "staged path", "cuGetErrorString", &st->errstr,
+                              sizeof(st->errstr));
   if (res == ncclSuccess) res = words_alloc(comm, &st->done, &st->done_dev);
   if (res == ncclSuccess) {
     cudaError_t err = cudaEventCreateWithFlags(&st->join, cudaEventDisableTiming);

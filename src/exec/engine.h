@@ -34,5 +34,7 @@ size_t weft_engine_op_bytes(const struct weft_coll *coll);
 ncclResult_t weft__engine_no_wait(struct ncclComm *comm);
 void weft__engine_no_stop(struct ncclComm *comm);
 int weft__engine_never_busy(struct ncclComm *comm);
+ncclResult_t weft__engine_no_window(struct ncclComm *comm, void *buff, size_t size, void **out);
+void weft__engine_no_window_release(struct ncclComm *comm, void *window);
 
 #endif

@@ -19,7 +19,9 @@ static ncclResult_t cuda_call(struct ncclComm *comm, const struct weft_engine_op
   const struct weft_coll *coll = &op->coll;
   size_t elem = weft_dtype_size(coll->datatype);
   struct weft_tuning tune;
-  WEFT_CHECK(weft_tune(comm, 1, coll->func, weft_engine_op_bytes(coll), elem, &tune));
+  int mapped = !op->redop.premul_sum && weft_cuda_engine_mapped(comm, coll);
+  WEFT_CHECK(
+      weft_tune_mapped(comm, 1, coll->func, weft_engine_op_bytes(coll), elem, mapped, &tune));
   int max_ch = weft_cuda_engine_max_channels(comm);
   *out = (struct weft_cuda_call){
       .coll = coll,
@@ -168,4 +170,6 @@ const struct weft_engine_ops weft_engine_cuda_ops = {
     .fail = weft_cuda_engine_abort,
     .abort = weft_cuda_engine_abort,
     .destroy = weft_cuda_engine_destroy,
+    .window_register = weft_cuda_engine_window_register,
+    .window_release = weft_cuda_engine_window_release,
 };

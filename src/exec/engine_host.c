@@ -136,4 +136,6 @@ const struct weft_engine_ops weft_engine_host_ops = {
     .fail = weft__engine_no_stop,
     .abort = weft__engine_no_stop,
     .destroy = host_destroy,
+    .window_register = weft__engine_no_window,
+    .window_release = weft__engine_no_window_release,
 };

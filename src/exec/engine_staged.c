@@ -68,4 +68,6 @@ const struct weft_engine_ops weft_engine_staged_ops = {
     .fail = weft__engine_no_stop, /* the host engine reads comm->abort_flag */
     .abort = weft_cuda_staged_abort,
     .destroy = staged_destroy,
+    .window_register = weft__engine_no_window,
+    .window_release = weft__engine_no_window_release,
 };

@@ -248,6 +248,36 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
   return chunk < elem_size ? elem_size : chunk;
 }
 
+/* Sizes where a call on windows across processes (comm->cuda_direct 3)
+ * keeps the ring because the direct kernel measured slower there (one
+ * H200, MPS, weft-bench -f 2; docs/PERFORMANCE.md, "Windows across
+ * processes"): bytes a rank in [lo, hi), nranks 0 for any. A Broadcast's
+ * root hands its data on and returns on the ring, where the direct root
+ * waits for every reader (64 KiB: 10.9 us against the ring's 8.0 with 2
+ * processes, 17.7 against 11.6 with 4; 512 KiB: 16.5 against 29.9); a
+ * 2-rank ReduceScatter of 8-16 MiB a rank took 87-165 us against the
+ * ring's 73-112 (4 MiB and 32 MiB: even). NCCL_ALGO naming Direct runs
+ * them directly anyway. */
+static const struct {
+  enum weft_func func;
+  int nranks;
+  double lo, hi;
+} window_ring[] = {
+    {WEFT_FUNC_BROADCAST, 0, 0, 512.0 * 1024},
+    {WEFT_FUNC_REDUCESCATTER, 2, 6.0 * 1024 * 1024, 24.0 * 1024 * 1024},
+};
+
+static int window_keeps_ring(const struct ncclComm *comm, enum weft_func func, double bytes) {
+  if (bytes <= (double)comm->cuda_direct_ll_bytes || weft_param_str(WEFT_PARAM_ALGO) != NULL)
+    return 0;
+  for (size_t i = 0; i < sizeof(window_ring) / sizeof(window_ring[0]); i++)
+    if (window_ring[i].func == func &&
+        (window_ring[i].nranks == 0 || window_ring[i].nranks == comm->nranks) &&
+        bytes >= window_ring[i].lo && bytes < window_ring[i].hi)
+      return 1;
+  return 0;
+}
+
 /* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func,
  * and then *out: the collectives it has, where NCCL_ALGO allows it; by
  * default only where every rank shares one GPU (measured there,
@@ -255,17 +285,18 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
  * is faster, and across processes there only for calls in LL lines; on
  * several GPUs of one process when NCCL_ALGO names it. */
 static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func func,
-                       enum weft_tune_path path, double bytes, unsigned algos, unsigned protos,
-                       struct choice *out) {
+                       enum weft_tune_path path, double bytes, int mapped, unsigned algos,
+                       unsigned protos, struct choice *out) {
   int n = comm->nranks;
   if (!kernels || n < 2 || comm->cuda_direct == 0) return 0;
   if (func != WEFT_FUNC_ALLREDUCE && func != WEFT_FUNC_ALLGATHER &&
       func != WEFT_FUNC_REDUCESCATTER && func != WEFT_FUNC_BROADCAST && func != WEFT_FUNC_REDUCE)
     return 0;
   if (!(tuning.algo_mask[func] & (1u << WEFT_ALGO_DIRECT))) return 0;
-  /* Several processes on one GPU: the calls that fit LL lines, by default
-   * (docs/CUDA.md, "Across processes"). */
-  if (comm->cuda_direct == 3 && bytes > (double)comm->cuda_direct_ll_bytes) return 0;
+  /* Several processes on one GPU: the calls that fit LL lines, and those
+   * on windows every rank mapped (docs/CUDA.md, "Across processes"). */
+  if (comm->cuda_direct == 3 && bytes > (double)comm->cuda_direct_ll_bytes && !mapped) return 0;
+  if (comm->cuda_direct == 3 && mapped && window_keeps_ring(comm, func, bytes)) return 0;
   if (comm->cuda_direct == 2 && weft_param_str(WEFT_PARAM_ALGO) == NULL) return 0;
   out->algo = WEFT_ALGO_DIRECT;
   out->proto = WEFT_PROTO_SIMPLE;
@@ -284,6 +315,11 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
 
 ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out) {
+  return weft_tune_mapped(comm, kernels, func, bytes, elem_size, 0, out);
+}
+
+ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum weft_func func,
+                              size_t bytes, size_t elem_size, int mapped, struct weft_tuning *out) {
   pthread_once(&tuning_once, tuning_load);
   int n = comm->nranks;
   int p2p = func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV;
@@ -295,7 +331,7 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
   unsigned algos = algos_allowed(func, kernels ? 1 + (comm->cuda_net_direct != 0) : 0);
   unsigned protos = protos_allowed(comm, kernels, func);
   struct choice c;
-  int own = own_buffers(comm, kernels, func, path, (double)bytes, algos, protos, &c);
+  int own = own_buffers(comm, kernels, func, path, (double)bytes, mapped, algos, protos, &c);
   if (!own) pick(path, func, n, (double)bytes, algos, protos, &c);
   out->algo = c.algo;
   out->proto = c.proto;

@@ -44,5 +44,11 @@ int weft_tune_max_channels_or(int def);
  * says which when it tunes (exec/engine_*.c). */
 ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out);
+/* The same for a call whose buffers every peer has mapped (mapped: they
+ * lie in windows registered with ncclCommWindowRegister, where the CUDA
+ * engine maps them across processes), so Direct on the ranks' own buffers
+ * may run at any size (comm->cuda_direct 3). */
+ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum weft_func func,
+                              size_t bytes, size_t elem_size, int mapped, struct weft_tuning *out);
 
 #endif
