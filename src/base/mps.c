@@ -1,5 +1,5 @@
 /* Whether an MPS control daemon is running (mps.h). The CUDA engine asks
- * before it raises CUDA_DEVICE_MAX_CONNECTIONS (exec/cuda.c): under MPS
+ * before it raises CUDA_DEVICE_MAX_CONNECTIONS (exec/cuda_path.c): under MPS
  * the server's queue pool is shared by every client, but a pipe file that
  * a daemon left behind when it quit must not keep the queues at their
  * default, where rank-threads sharing a GPU can wait on each other's

@@ -5,7 +5,6 @@
  * kernel on the caller's stream. */
 #include "exec/cuda.h"
 
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +12,6 @@
 #include <unistd.h>
 
 #include "base/check.h"
-#include "base/mps.h"
 #include "base/param.h"
 #include "core/comm.h"
 #include "exec/engine.h"
@@ -29,66 +27,6 @@
 #include "exec/cuda_net.h"
 #include "transport/gpu_transport.h"
 #include "transport/p2p/p2p.h"
-
-/* CUDA maps a context's streams onto CUDA_DEVICE_MAX_CONNECTIONS hardware
- * queues (8 by default); two streams on one queue run in order. Ranks
- * sharing a GPU in one process each have a stream and a side stream, and
- * their kernels spin on each other, so with more streams than queues a
- * kernel (or a plan upload) can sit behind one that waits for it. The
- * variable is read when the context is created, which in most programs is
- * after this library is loaded; a value the user set is kept. Under MPS
- * the server hands every client its queues from one pool, and 32 per
- * client made the fourth client's context fail on the H200, so where an
- * MPS daemon answers on its pipe (CUDA_MPS_PIPE_DIRECTORY, or
- * /tmp/nvidia-mps, its default) the default stays: MPS ranks are
- * processes of their own. A pipe left behind by a daemon that quit does
- * not count (it kept 8 queues once, and 6 rank-threads hung). */
-__attribute__((constructor)) static void cuda_more_queues(void) {
-  const char *dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-  char control[4096];
-  snprintf(control, sizeof(control), "%s/control", dir != NULL && *dir ? dir : "/tmp/nvidia-mps");
-  if (weft_mps_daemon_live(control)) return;
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
-}
-
-/* Rank-threads of this process on this rank's GPU whose streams (the
- * caller's and the side stream, two each) outnumber the hardware queues
- * may wait on each other's kernels until the timeout: said once at init,
- * naming the fix, instead of a hang with no culprit. */
-static void queues_check(const struct ncclComm *comm) {
-  const struct weft_peer_info *me = &comm->peers[comm->rank];
-  int here = 0;
-  for (int p = 0; p < comm->nranks; p++)
-    here += comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash &&
-            weft_peer_same_gpu(&comm->peers[p], me);
-  const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  int queues = v != NULL && *v ? atoi(v) : 8;
-  /* Under MPS the server grants a client fewer queues than it asks for
-   * (3 rank-threads, 6 streams, timed out there on the H200): any two
-   * rank-threads on one GPU may wait on each other. */
-  int mps = 0;
-  if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, comm->cuda_dev) != cudaSuccess) mps = 0;
-  if (here < 2 || (!mps && 2 * here <= queues)) return;
-  static atomic_int said;
-  if (mps) {
-    if (atomic_fetch_add(&said, 1) == 0)
-      WARN(
-          "rank %d: %d ranks of this process share GPU %d under MPS: the MPS server gives this "
-          "process fewer hardware queues than their %d streams, so a rank's kernel can wait "
-          "behind a peer's that waits for it (a timeout naming no culprit). Run rank-threads "
-          "sharing a GPU without MPS, or one rank per process under MPS (docs/CUDA.md)",
-          comm->rank, here, comm->cuda_dev, 2 * here);
-    return;
-  }
-  if (atomic_fetch_add(&said, 1) == 0)
-    WARN(
-        "rank %d: %d ranks of this process share GPU %d: their %d streams share "
-        "CUDA_DEVICE_MAX_CONNECTIONS=%d hardware queues, so a rank's kernel can wait behind a "
-        "peer's that waits for it (a timeout naming no culprit). Set "
-        "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts (weft does so when it loads, unless "
-        "set or an MPS daemon runs; docs/CUDA.md)",
-        comm->rank, here, comm->cuda_dev, 2 * here, queues);
-}
 
 /* Device plans kept per communicator; past this the least recently used
  * one is freed in stream order (plans recorded into a CUDA graph stay). */
@@ -372,7 +310,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   comm->cuda_direct_ll_bytes = weft_cuda_direct_ll_bytes(e->direct);
   comm->cuda_net_links = nnet > 0;
   comm->cuda_net_direct = nnet > 0 && !ranks_share_context(comm);
-  queues_check(comm);
+  weft_cuda_queues_check(comm);
   comm->cuda = e;
   comm->cuda_max_lanes = max_lanes;
   return ncclSuccess;

@@ -27,6 +27,10 @@ enum weft_cuda_path {
 ncclResult_t weft_cuda_driver_fn(const struct ncclComm *comm, const char *who, const char *name,
                                  void *pfn_out, size_t size);
 
+/* WARNs once where rank-threads of this process sharing a GPU may wait on
+ * each other's kernels through shared hardware queues (cuda_path.c). */
+void weft_cuda_queues_check(const struct ncclComm *comm);
+
 /* Collective over comm's bootstrap: every rank returns the same path, and
  * one INFO line says which and why. */
 ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path *path_out);
