@@ -2,15 +2,16 @@
  * ncclCommWindowDeregister.
  *
  * NCCL registers a buffer so its kernels can read and write it in place
- * (NVLink SHARP, IB memory registration, symmetric windows). weft's
- * engines copy through their own FIFOs and need nothing from a user
- * buffer, so registration records the buffer (the handle is a real
- * object that deregistration checks and frees); a window is also handed
- * to the engine, which maps it into every rank's process where the
- * direct collectives need that (ranks in several processes on one GPU). Live handles are kept in
- * one list, so a handle that was already deregistered, belongs to another communicator, or was
- * never returned by weft is named in a WARN and refused (ncclInvalidArgument) without being
- * dereferenced. A NULL handle, which NCCL itself returns when registration is off, deregisters as a
+ * (NVLink SHARP, IB memory registration, symmetric windows). weft records
+ * every registration (the handle is a real object that deregistration
+ * checks and frees) and hands a window to the engine, which maps it into
+ * every rank's process where the direct collectives need that (ranks in
+ * several processes on one GPU); buffers registered with ncclCommRegister
+ * are not used by the engines. Live handles are kept in one list, so a
+ * handle that was already deregistered, belongs to another communicator,
+ * or was never returned by weft is named in a WARN and refused
+ * (ncclInvalidArgument) without being dereferenced. A NULL handle, which
+ * NCCL itself returns when registration is off, deregisters as a
  * no-op. */
 #include "api/register.h"
 
