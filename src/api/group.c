@@ -107,7 +107,10 @@ static ncclResult_t finish_inits(void) {
 }
 
 /* One communicator's deferred steps, run in call order (on a thread of
- * its own where several communicators have some). */
+ * its own where several communicators have some). Every step runs even
+ * after one failed: each is collective, so its peers expect it, and a
+ * step that never ran would leave its object waiting (a window pending
+ * for good); the first error is returned. */
 struct step_run {
   struct ncclComm *comm;
   const struct group_step *steps;
@@ -119,8 +122,11 @@ struct step_run {
 
 static void *run_steps(void *arg) {
   struct step_run *r = arg;
-  for (size_t i = 0; i < r->nsteps && r->res == ncclSuccess; i++)
-    if (r->steps[i].comm == r->comm) r->res = r->steps[i].fn(r->steps[i].arg);
+  for (size_t i = 0; i < r->nsteps; i++) {
+    if (r->steps[i].comm != r->comm) continue;
+    ncclResult_t res = r->steps[i].fn(r->steps[i].arg);
+    if (r->res == ncclSuccess) r->res = res;
+  }
   return NULL;
 }
 
@@ -147,14 +153,14 @@ static ncclResult_t finish_steps(void) {
       runs[nruns++] = (struct step_run){.comm = all[i].comm, .steps = all, .nsteps = n};
   }
   for (size_t j = 0; j < nruns && nruns > 1; j++) {
-    int e = pthread_create(&runs[j].thread, NULL, run_steps, &runs[j]);
-    runs[j].started = e == 0;
-    if (e != 0) {
-      WARN("rank %d: cannot start a thread for the group's deferred steps", runs[j].comm->rank);
-      runs[j].res = ncclSystemError;
-    }
+    runs[j].started = pthread_create(&runs[j].thread, NULL, run_steps, &runs[j]) == 0;
+    if (!runs[j].started)
+      WARN("rank %d: no thread for the group's deferred steps: run on this one",
+           runs[j].comm->rank);
   }
-  if (nruns == 1) run_steps(&runs[0]);
+  /* One communicator, or threads that could not start: on this thread. */
+  for (size_t j = 0; j < nruns; j++)
+    if (!runs[j].started) run_steps(&runs[j]);
   ncclResult_t res = ncclSuccess;
   for (size_t j = 0; j < nruns; j++) {
     if (runs[j].started) pthread_join(runs[j].thread, NULL);
