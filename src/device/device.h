@@ -217,6 +217,10 @@ void weft_dev_board_destroy(struct weft_dev_board *board);
 ncclResult_t weft_dev_board_table(struct weft_dev_board *const *boards, int n,
                                   struct weft_dev_board ***out);
 void weft_dev_board_table_free(struct weft_dev_board **table);
+/* Fills n bytes at dst (device) from src (host), or zeroes them when src
+ * is NULL, on a stream of its own: waiting for it never waits for a kernel
+ * of another rank that may be spinning on this one. */
+cudaError_t weft_dev_fill(void *dst, const void *src, size_t n);
 
 /* One collective run directly: func is AllReduce, AllGather,
  * ReduceScatter, Broadcast or Reduce; count as NCCL's call has it (per

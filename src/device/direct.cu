@@ -221,10 +221,7 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1) weft_direct_kernel(direct_a
 
 /* ---- Host side ------------------------------------------------------------ */
 
-/* Fills n bytes at dst (device) from src (host), or zeroes them when src is
- * NULL, on a stream of its own: waiting for it never waits for a kernel
- * of another rank that may be spinning on this one. */
-static cudaError_t fill_device(void *dst, const void *src, size_t n) {
+extern "C" cudaError_t weft_dev_fill(void *dst, const void *src, size_t n) {
   cudaStream_t s;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess) return e;
@@ -246,8 +243,8 @@ extern "C" ncclResult_t weft_dev_board_create(int nranks, struct weft_dev_board 
   DEV_CUDA(cudaMalloc((void **)&mem, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH),
            "allocating a direct board");
   host.ll_lines = DIRECT_LL_SCRATCH / sizeof(uint4) / (2u * (unsigned)nranks);
-  cudaError_t e = fill_device(mem, NULL, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH);
-  if (e == cudaSuccess) e = fill_device(mem, &host, sizeof(host));
+  cudaError_t e = weft_dev_fill(mem, NULL, DIRECT_BOARD_BYTES + DIRECT_LL_SCRATCH);
+  if (e == cudaSuccess) e = weft_dev_fill(mem, &host, sizeof(host));
   if (e != cudaSuccess) {
     cudaFree(mem);
     DEV_CUDA(e, "setting up a direct board");
@@ -265,7 +262,7 @@ extern "C" ncclResult_t weft_dev_board_table(struct weft_dev_board *const *board
                                              struct weft_dev_board ***out) {
   weft_dev_board **t = NULL;
   DEV_CUDA(cudaMalloc((void **)&t, (size_t)n * sizeof(*t)), "allocating the direct boards' table");
-  cudaError_t e = fill_device(t, boards, (size_t)n * sizeof(*t));
+  cudaError_t e = weft_dev_fill(t, boards, (size_t)n * sizeof(*t));
   if (e != cudaSuccess) {
     cudaFree(t);
     DEV_CUDA(e, "copying the direct boards' table");

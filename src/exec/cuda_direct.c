@@ -258,18 +258,6 @@ struct window_card {
   cudaIpcMemHandle_t handle;
 };
 
-/* n bytes from host to dev on a stream of its own (a peer's kernel that
- * spins on this rank never holds it up). */
-static cudaError_t upload(void *dev, const void *host, size_t n) {
-  cudaStream_t st;
-  cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-  if (e != cudaSuccess) return e;
-  e = cudaMemcpyAsync(dev, host, n, cudaMemcpyHostToDevice, st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-  cudaStreamDestroy(st);
-  return e;
-}
-
 /* This rank's card for buff: the allocation's base and IPC handle; ok 0
  * (with an INFO saying why) where it cannot be exported. */
 static void window_export(const struct ncclComm *comm, struct weft_cuda_direct *d, void *buff,
@@ -362,7 +350,8 @@ ncclResult_t weft_cuda_direct_window_register(struct ncclComm *comm, struct weft
   w->usable = 1;
   for (int p = 0; p < n; p++) w->usable &= cards[p].ok;
   if (w->usable) {
-    cudaError_t e = upload(d->xlate + (size_t)w->id * (size_t)n, row, (size_t)n * sizeof(*row));
+    cudaError_t e =
+        weft_dev_fill(d->xlate + (size_t)w->id * (size_t)n, row, (size_t)n * sizeof(*row));
     if (e != cudaSuccess) {
       WARN("rank %d: ncclCommWindowRegister: copying the window's table: %s", comm->rank,
            cudaGetErrorString(e));
@@ -380,12 +369,7 @@ ncclResult_t weft_cuda_direct_window_register(struct ncclComm *comm, struct weft
   *out = w;
   return ncclSuccess;
 fail:
-  if (w != NULL) {
-    for (int p = 0; p < n && w->mapped != NULL; p++)
-      if (w->mapped[p] != NULL) weft_p2p_ipc_close(w->mapped[p]);
-    free(w->mapped);
-  }
-  free(w);
+  if (w != NULL) window_free(d, w); /* not linked yet */
   free(cards);
   free(row);
   return res;
