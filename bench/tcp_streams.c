@@ -4,7 +4,13 @@
  * --bytes buffers on its own connection for --seconds; the server counts
  * what arrived on each and reports it back when the stream ends.
  *
- *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]
+ * By default every stream sends from its own --bytes buffer and the
+ * server receives each into a 4 MiB buffer of its own. With --span S the
+ * K streams of a point together send from S bytes and are received into
+ * S bytes (each stream S/K of it, on both ends): the memory a 2-rank
+ * broadcast of S bytes reads and writes, so its cache behaviour too.
+ *
+ *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S]
  *       loopback: forks its own server on 127.0.0.1
  *   weft-tcp-streams --server [PORT]        (prints the port; runs until killed)
  *   weft-tcp-streams --client HOST:PORT [--streams ...]
@@ -36,6 +42,7 @@ struct opts {
   int streams[32];
   int nstreams;
   size_t bytes;
+  size_t span; /* 0: --bytes per stream, 4 MiB receive buffers */
   double seconds;
   int server;
   int port;
@@ -86,10 +93,10 @@ static void parse_streams(struct opts *o, const char *s) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]\n"
+          "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S]\n"
           "       weft-tcp-streams --server [PORT]\n"
           "       weft-tcp-streams --client HOST:PORT [--streams ...] [--bytes ...] "
-          "[--seconds ...]\n");
+          "[--seconds ...] [--span S]\n");
   exit(2);
 }
 
@@ -103,6 +110,8 @@ static void parse(int argc, char **argv, struct opts *o) {
       parse_streams(o, v), i++;
     } else if (!strcmp(a, "--bytes") && v) {
       o->bytes = parse_size(v), i++;
+    } else if (!strcmp(a, "--span") && v) {
+      o->span = parse_size(v), i++;
     } else if (!strcmp(a, "--seconds") && v) {
       o->seconds = atof(v), i++;
       if (o->seconds <= 0) usage();
@@ -119,13 +128,24 @@ static void parse(int argc, char **argv, struct opts *o) {
 
 /* ---- Server ---------------------------------------------------------------- */
 
-/* Counts one stream's bytes until EOF, then sends the count back. */
+/* Counts one stream's bytes until EOF, then sends the count back. The
+ * stream starts with the size of the buffer to receive into (8 bytes; 0:
+ * RECV_BUF), touched before the client's clock starts. */
 static void *server_stream(void *arg) {
   int fd = (int)(intptr_t)arg;
-  char *buf = malloc(RECV_BUF);
+  uint64_t want = 0;
+  if (recv(fd, &want, sizeof(want), MSG_WAITALL) != sizeof(want)) want = 0;
+  size_t len = want > 0 && want < ((uint64_t)1 << 34) ? (size_t)want : RECV_BUF;
+  char *buf = malloc(len);
   uint64_t total = 0;
+  if (buf == NULL) {
+    close(fd);
+    return NULL;
+  }
+  memset(buf, 0, len);
+  (void)!send(fd, &total, 1, MSG_NOSIGNAL); /* ready */
   for (;;) {
-    ssize_t n = recv(fd, buf, RECV_BUF, 0);
+    ssize_t n = recv(fd, buf, len, 0);
     if (n > 0) {
       total += (uint64_t)n;
     } else if (n == 0 || errno != EINTR) {
@@ -193,6 +213,7 @@ struct stream {
   struct sockaddr_storage addr;
   socklen_t addr_len;
   size_t bytes;
+  uint64_t recv_buf; /* the server's receive buffer for this stream (0: its default) */
   struct start *start;
   uint64_t received; /* the server's count */
   int ok;
@@ -202,6 +223,9 @@ static void *client_stream(void *arg) {
   struct stream *s = arg;
   int fd = socket(s->addr.ss_family, SOCK_STREAM, 0);
   int up = fd >= 0 && connect(fd, (struct sockaddr *)&s->addr, s->addr_len) == 0;
+  char ready;
+  up = up && send(fd, &s->recv_buf, sizeof(s->recv_buf), MSG_NOSIGNAL) == sizeof(s->recv_buf) &&
+       recv(fd, &ready, 1, MSG_WAITALL) == 1;
   char *buf = malloc(s->bytes);
   if (buf != NULL) memset(buf, 0x5a, s->bytes);
   pthread_barrier_wait(&s->start->ready);
@@ -255,8 +279,15 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   struct start st;
   pthread_barrier_init(&st.ready, NULL, (unsigned)k + 1);
   pthread_barrier_init(&st.go, NULL, (unsigned)k + 1);
+  /* --span: the point's S bytes dealt to its streams, on both ends */
+  size_t share = o->span / (size_t)k;
+  if (o->span > 0 && share == 0) share = 1;
   for (int i = 0; i < k; i++) {
-    s[i] = (struct stream){.addr = *addr, .addr_len = len, .bytes = o->bytes, .start = &st};
+    s[i] = (struct stream){.addr = *addr,
+                           .addr_len = len,
+                           .bytes = o->span > 0 ? share : o->bytes,
+                           .recv_buf = o->span > 0 ? share : 0,
+                           .start = &st};
     if (pthread_create(&t[i], NULL, client_stream, &s[i]) != 0) die("pthread_create");
   }
   pthread_barrier_wait(&st.ready);
@@ -324,17 +355,25 @@ int main(int argc, char **argv) {
     close(lfd);
     resolve(hp, &addr, &len);
   }
-  printf("# weft-tcp-streams: %s, %zu-byte sends, %.1f s per point\n",
-         o.client ? o.client : "loopback", o.bytes, o.seconds);
+  if (o.span > 0)
+    printf(
+        "# weft-tcp-streams: %s, the streams of a point send from and receive into %zu "
+        "bytes in all (--span), %.1f s per point\n",
+        o.client ? o.client : "loopback", o.span, o.seconds);
+  else
+    printf("# weft-tcp-streams: %s, %zu-byte sends, %.1f s per point\n",
+           o.client ? o.client : "loopback", o.bytes, o.seconds);
   printf("# %7s %10s\n", "streams", "GB/s");
   for (int i = 0; i < o.nstreams; i++) {
     printf("  %7d %10.2f\n", o.streams[i], client_run(&o, &addr, len, o.streams[i]));
     fflush(stdout);
   }
-  printf("# one thread's memcpy of --bytes: %.2f GB/s (a broadcast root's copy to its own "
-         "output out of place runs at most this fast on one thread; WEFT_HOST_COPY_THREADS "
-         "shares it)\n",
-         memcpy_rate(o.bytes, o.seconds));
+  size_t copied = o.span > 0 ? o.span : o.bytes;
+  printf(
+      "# one thread's memcpy of %zu bytes: %.2f GB/s (a broadcast root's copy to its own "
+      "output out of place runs at most this fast on one thread; WEFT_HOST_COPY_THREADS "
+      "shares it)\n",
+      copied, memcpy_rate(copied, o.seconds));
   if (server > 0) {
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);

@@ -279,25 +279,27 @@ END_TEST
 
 /* The host engine's default ceiling grows only where sockets carry a link
  * (two hosts, or NCCL_SHM_DISABLE=1), with the fewest cores per local rank
- * of any host: 8 channels of one helper thread a link from 8 cores, 4 from
- * 4; a communicator with it set uses it, NCCL_MAX_NCHANNELS still wins. */
+ * of any host: 16 channels of one helper thread a link from 8 cores, 8
+ * from 4; a communicator with it set uses it, NCCL_MAX_NCHANNELS still
+ * wins. */
 START_TEST(host_channels_sockets) {
   struct weft_peer_info p[4];
   memset(p, 0, sizeof(p));
   for (int r = 0; r < 4; r++) p[r].cpus = 16, p[r].host_hash = (uint64_t)(r / 2);
-  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 8); /* two hosts, 8 cores a rank */
-  ck_assert_int_eq(weft_comm_host_channels(p, 2, 0), 0); /* one host, shm: the default */
-  ck_assert_int_eq(weft_comm_host_channels(p, 2, 1), 8); /* one host, sockets */
-  ck_assert_int_eq(weft_comm_host_channels(p, 1, 1), 0); /* one rank */
-  p[3].cpus = 15;                                        /* 7 cores a rank there */
-  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 4);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 16); /* two hosts, 8 cores a rank */
+  ck_assert_int_eq(weft_comm_host_channels(p, 2, 0), 0);  /* one host, shm: the default */
+  ck_assert_int_eq(weft_comm_host_channels(p, 2, 1), 16); /* one host, sockets */
+  ck_assert_int_eq(weft_comm_host_channels(p, 1, 1), 0);  /* one rank */
+  p[3].cpus = 15;                                         /* 7 cores a rank there */
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 8);
   p[3].cpus = 7; /* 3 */
   ck_assert_int_eq(weft_comm_host_channels(p, 4, 0), 0);
   p[3].cpus = 16;
   p[2].host_hash = p[3].host_hash = 0; /* 4 ranks on one host of 16 cores */
-  ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 4);
+  ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 8);
   p[0].cpus = 15;
   ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 0);
+  ck_assert_int_eq(weft_comm_host_link_threads(16), 1);
   ck_assert_int_eq(weft_comm_host_link_threads(8), 1);
   ck_assert_int_eq(weft_comm_host_link_threads(4), 0);
   ck_assert_int_eq(weft_comm_host_link_threads(0), 0);

@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 int64_t weft_time_ms(void);
+/* Nanoseconds on the same clock, for accounting where time went. */
+int64_t weft_time_ns(void);
 /* now + WEFT_TIMEOUT seconds. */
 int64_t weft_deadline_default(void);
 

@@ -64,8 +64,8 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "it (WARN); set alone it raises the default maximum"),
     [WEFT_PARAM_MAX_NCHANNELS] =
         INT_ROW("NCCL_MAX_NCHANNELS", 2, 1, 32,
-                "(host ranks: where sockets carry a link, 8 when every host has 8 cores per "
-                "local rank, 4 with 4, else 2; 16 on the CUDA engine)",
+                "(host ranks: where sockets carry a link, 16 when every host has 8 cores per "
+                "local rank, 8 with 4, else 2; 16 on the CUDA engine)",
                 "most channels a collective uses (one per MiB of "
                 "message, within the bounds)"),
     [WEFT_PARAM_CUDA_ENGINE] =
@@ -123,7 +123,7 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "presenting it may register (never logged)"),
     [WEFT_PARAM_SOCKET_NTHREADS] =
         INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16,
-                "2 (host ranks with 8 channels over sockets: 1 a link, one data socket each)",
+                "2 (host ranks with 8 or 16 channels over sockets: 1 a link, one data socket each)",
                 "helper threads per socket network connection (net/socket); each moves the "
                 "chunks of large messages on its NCCL_NSOCKS_PERTHREAD sockets"),
     [WEFT_PARAM_NSOCKS_PERTHREAD] =
@@ -145,7 +145,7 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "send/recv to self) beside the engine's own; 0: the engine copies alone"),
     [WEFT_PARAM_HOST_LANE_THREADS] =
         INT_ROW("WEFT_HOST_LANE_THREADS", -1, -1, 64,
-                "-1 (2 for AllReduce, ReduceScatter and Reduce where the links are 8 socket "
+                "-1 (2 for AllReduce, ReduceScatter and Reduce where the links are 16 socket "
                 "channels, i.e. 8 cores per local rank; else 1: the engine's thread alone)",
                 "threads of a host rank that run a large collective's lanes (channels), each "
                 "its share, the engine's thread among them; the lanes' sends, receives and "

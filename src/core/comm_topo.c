@@ -169,15 +169,19 @@ int weft_comm_gpu_path(const struct ncclComm *comm, const struct weft_topo *t, c
 }
 
 /* The host engine's default most channels (comm->host_channels), where
- * sockets carry some link (ranks on two hosts, or NCCL_SHM_DISABLE=1): 8
- * when every rank's host has 8 cores per local rank, 4 with 4; 0 (the
- * tuning's own default, 2) otherwise and wherever no socket is used.
- * Measured with 2 ranks on 16 cores (docs/PERFORMANCE.md): a 64 MiB
- * broadcast in place moved 17-23 GB/s with 8 channels of one helper thread
- * a link, 15-21 with 4 of two, 11 with 2 of two; AllReduce from 16 MiB
- * 7.2-9.7 GB/s busbw, 6.6-8.9, 5.7-6.6. On 2 cores, without helper
- * threads, 4 channels cost a fifth of AllReduce's busbw. Every input is
- * all-gathered, so every rank agrees. */
+ * sockets carry some link (ranks on two hosts, or NCCL_SHM_DISABLE=1): 16
+ * when every rank's host has 8 cores per local rank, 8 with 4; 0 (the
+ * tuning's own default, 2) otherwise and wherever no socket is used. Each
+ * channel's link has one helper thread, so a rank may run two helper
+ * threads per core it has: on 16 cores with 2 ranks (2026-12-04,
+ * docs/PERFORMANCE.md "Fifth pass") 16 channels moved a 64 MiB broadcast
+ * 10-25% faster than 8, AllReduce and AllGather 5-25%, ReduceScatter and
+ * Reduce within the spread; with 4 ranks 8 channels moved AllReduce and
+ * Broadcast 10-25% faster than 4. A rank's lanes run on one thread (two
+ * with the lane team), and a channel's helper sleeps while its lane waits
+ * on the others, so the threads seldom all run at once. On 2 cores,
+ * without helper threads, 4 channels cost a fifth of AllReduce's busbw.
+ * Every input is all-gathered, so every rank agrees. */
 int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable) {
   int sockets = nranks > 1 && shm_disable;
   int cores = 1 << 30; /* the fewest cores per local rank of any host */
@@ -188,7 +192,7 @@ int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int 
     if (peers[r].cpus / local < cores) cores = peers[r].cpus / local;
   }
   if (!sockets || cores < 4) return 0;
-  return cores >= 8 ? 8 : 4;
+  return cores >= 8 ? 16 : 8;
 }
 
 int weft_comm_host_link_threads(int host_channels) {

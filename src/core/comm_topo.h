@@ -12,12 +12,12 @@ ncclResult_t weft_comm_topo_describe(struct ncclComm *comm, struct weft_peer_inf
  * of the process's first communicator. Every rank computes the same ring. */
 ncclResult_t weft_comm_topo_decide(struct ncclComm *comm);
 /* The host engine's default most channels for ranks with these peer
- * records (comm->host_channels): 8 or 4 where sockets carry a link and the
+ * records (comm->host_channels): 16 or 8 where sockets carry a link and the
  * hosts have the cores, 0 for the tuning's default; the same on every
  * rank. */
 int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable);
 /* Helper threads per socket link of the host engine for that default: 1
- * (one data socket each) with 8 channels, which bring the parallelism;
+ * (one data socket each) with 8 or more channels, which bring the parallelism;
  * else 0, the socket network's NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD. */
 int weft_comm_host_link_threads(int host_channels);
 

@@ -41,7 +41,7 @@ struct weft_host_team {
  * host_channels channels on socket links (comm->host_channels; 0: none),
  * given forced = WEFT_HOST_LANE_THREADS: forced when >= 1, for every
  * collective (*all_colls = 1); else
- * WEFT_HOST_TEAM_AUTO with 8 such channels (8 cores per local rank on every
+ * WEFT_HOST_TEAM_AUTO with 16 such channels (8 cores per local rank on every
  * host), for the reducing collectives only (*all_colls = 0), and 1 below
  * that (docs/NETWORK.md, "Lane threads"). */
 #define WEFT_HOST_TEAM_AUTO 2

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/debug.h"
 #include "base/param.h"
 #include "transport/net/socket/socket_net.h"
@@ -73,6 +74,7 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   c->inline_max = nsocks > 0 ? WEFT_NS_MIN_CHUNK : SIZE_MAX;
   c->ctrl_fd = fds[0];
   c->done_fd = c->wait_fd = -1;
+  c->born_ns = weft_time_ns();
   for (int i = 0; i < nsocks; i++) {
     c->socks[i].fd = fds[i + 1];
     c->socks[i].is_send = is_send;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "base/check.h"
+#include "base/clock.h"
 #include "base/debug.h"
 #include "transport/net/socket/socket_net.h"
 
@@ -75,7 +76,8 @@ static void chunk_done(struct weft_ns_comm *c, struct weft_ns_sock *sk, struct w
 
 /* Moves socket sk's queued chunks as far as they go. Returns 1 when a chunk
  * is left waiting for the socket (poll it), 0 when the queue is empty. */
-static int sock_progress(struct weft_ns_comm *c, struct weft_ns_sock *sk) {
+static int sock_progress(struct weft_ns_comm *c, struct weft_ns_thread *th,
+                         struct weft_ns_sock *sk) {
   for (;;) {
     uint32_t head = atomic_load_explicit(&sk->head, memory_order_relaxed);
     if (head == atomic_load_explicit(&sk->tail, memory_order_acquire)) return 0;
@@ -83,7 +85,9 @@ static int sock_progress(struct weft_ns_comm *c, struct weft_ns_sock *sk) {
     if (atomic_load(&c->err) == ncclSuccess) {
       struct iovec iov[2] = {{t->data, t->size}, {NULL, 0}};
       int err = 0;
+      size_t before = t->done;
       ncclResult_t res = weft_socket_move(sk->fd, sk->is_send, iov, &t->done, &err);
+      th->bytes += t->done - before;
       if (res != ncclSuccess)
         weft__ns_comm_fail(c, res, err, sk->is_send ? "sending" : "receiving");
       else if (t->done < t->size)
@@ -103,7 +107,7 @@ static void *thread_main(void *arg) {
     p[np++] = (struct pollfd){.fd = th->wake_fd, .events = POLLIN};
     for (int s = th->index, i = 0; s < c->nsocks; s += c->nthreads, i++) {
       struct weft_ns_sock *sk = &c->socks[s];
-      if (sock_progress(c, sk))
+      if (sock_progress(c, th, sk))
         p[np++] = (struct pollfd){.fd = sk->fd, .events = sk->is_send ? POLLOUT : POLLIN};
       else
         idle |= 1ull << i;
@@ -123,8 +127,10 @@ static void *thread_main(void *arg) {
       atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
       continue;
     }
+    int64_t t0 = weft_time_ns();
     int polled = poll(p, (nfds_t)np, -1);
     atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
+    *(np > 1 ? &th->sock_ns : &th->idle_ns) += weft_time_ns() - t0;
     if (polled < 0 && errno != EINTR) {
       weft__ns_comm_fail(c, ncclSystemError, errno, "waiting on data sockets");
       /* Nothing can move now; the comm's error ends every request. */
@@ -162,6 +168,28 @@ ncclResult_t weft__ns_threads_start(struct weft_ns_comm *c) {
   return ncclSuccess;
 }
 
+/* Where the helper threads' time went, summed over them, as shares of
+ * the comm's life: a helper that waits mostly for posts is starved by the
+ * caller's thread, one that waits mostly on its sockets by the network. */
+static void threads_say(const struct weft_ns_comm *c) {
+  int64_t life = weft_time_ns() - c->born_ns, idle = 0, sock = 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < c->nthreads; i++) {
+    idle += c->threads[i].idle_ns;
+    sock += c->threads[i].sock_ns;
+    bytes += c->threads[i].bytes;
+  }
+  if (life <= 0 || c->nthreads == 0 || bytes == 0) return;
+  double all = (double)life * c->nthreads;
+  INFO(WEFT_NET,
+       "net/socket: %s comm with %s closes: its %d helper threads %s %.3f GB in %.3f s; of "
+       "their time %.0f%% waiting for chunks to be posted, %.0f%% waiting on the sockets, "
+       "%.0f%% awake",
+       c->is_send ? "send" : "recv", c->peer, c->nthreads, c->is_send ? "sent" : "received",
+       (double)bytes / 1e9, (double)life / 1e9, 100.0 * (double)idle / all,
+       100.0 * (double)sock / all, 100.0 * (all - (double)idle - (double)sock) / all);
+}
+
 void weft__ns_threads_stop(struct weft_ns_comm *c) {
   atomic_store_explicit(&c->stop, 1, memory_order_release);
   for (int i = 0; i < c->nthreads; i++) {
@@ -173,4 +201,5 @@ void weft__ns_threads_stop(struct weft_ns_comm *c) {
     }
     weft_socket_close(&th->wake_fd);
   }
+  threads_say(c);
 }

@@ -90,6 +90,11 @@ struct weft_ns_thread {
   _Atomic int sleeping;
   int started;
   pthread_t tid;
+  /* Where the thread's time went (said at INFO NET when the comm closes):
+   * asleep with no chunk queued (waiting for the caller to post), asleep
+   * with a chunk waiting on its socket (the network), and bytes moved. */
+  int64_t idle_ns, sock_ns;
+  uint64_t bytes;
 };
 
 enum weft_ns_stage {
@@ -140,6 +145,8 @@ struct weft_ns_comm {
   _Atomic int waiter;
   int wait_fd;            /* epoll: done_fd, and the control socket while armed */
   int ctrl_armed;         /* the control socket's events in wait_fd now */
+  /* When the comm was made (its helper threads' accounting). */
+  int64_t born_ns;
 };
 
 /* NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, bounded as NCCL does. */
