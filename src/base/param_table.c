@@ -76,7 +76,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                  "GPU ranks on other hosts: 1 runs kernels over net links driven by the proxy "
                  "thread; 0 stages device buffers through host memory (the host engine)"),
     [WEFT_PARAM_NET_GPU_NCHANNELS] =
-        INT_ROW("WEFT_NET_GPU_NCHANNELS", 4, 1, 16, "4",
+        INT_ROW("WEFT_NET_GPU_NCHANNELS", 4, 1, 16,
+                "4 (one net peer: the host ranks' socket channels when more, 16 where every "
+                "host has 8 cores per local rank, 8 with 4)",
                 "most channels of a CUDA-engine communicator with net links (each channel "
                 "is a network connection per peer and direction, trees use two)"),
     [WEFT_PARAM_DIRECT_LL_MAX] =

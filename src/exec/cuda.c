@@ -276,7 +276,8 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
   /* Each channel of a net peer is a network connection each way. */
   int nnet = weft_cuda_net_peers(comm, e->net_peer);
-  if (nnet > 0 && nch > weft_cuda_net_max_channels()) nch = weft_cuda_net_max_channels();
+  if (nnet > 0 && nch > weft_cuda_net_max_channels(comm, nnet))
+    nch = weft_cuda_net_max_channels(comm, nnet);
   if (nch < 1) nch = 1;
   res = p2p_parts_agree(comm, max_lanes, nnet, nch * 2, &e->p2p_parts);
   if (res != ncclSuccess) goto err;

@@ -23,9 +23,11 @@ struct weft_cuda_net_ops;
 /* Marks net_peer[p] (nranks entries) for the peers on another host, when
  * WEFT_NET_GPU allows kernels across hosts; returns how many. */
 int weft_cuda_net_peers(const struct ncclComm *comm, unsigned char *net_peer);
-/* Channels (of plans: conns hold twice as many) a communicator with net
- * links gets at most (WEFT_NET_GPU_NCHANNELS). */
-int weft_cuda_net_max_channels(void);
+/* Channels (of plans: conns hold twice as many) a communicator with nnet
+ * net peers gets at most: WEFT_NET_GPU_NCHANNELS when set, else 4, or the
+ * host engine's socket channels where there is one net peer and they are
+ * more. */
+int weft_cuda_net_max_channels(const struct ncclComm *comm, int nnet);
 
 /* Hands the net transport's links (links: the state weft_net_gpu_ops's
  * connect made for the peers in net_peer, on every channel of conns) to
