@@ -18,6 +18,7 @@
 
 #include "core/comm.h"
 #include "core/comm_topo.h"
+#include "exec/cuda_net.h"
 #include "sched/tuning.h"
 #include "topo/topo.h"
 #include "suite_run.h"
@@ -326,6 +327,30 @@ START_TEST(host_channels_env) {
   struct weft_tuning t;
   ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
   ck_assert_int_eq(t.nchannels, 3);
+}
+END_TEST
+
+/* GPU ranks' net links: 4 channels, or with one net peer the host
+ * engine's socket channels when they are more. */
+START_TEST(net_gpu_channels) {
+  struct ncclComm c = fake_comm(2, 0);
+  c.host_channels = 16;
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 1), 16);
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 3), 4); /* several net peers */
+  c.host_channels = 8;
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 1), 8);
+  c.host_channels = 0; /* no cores to spare: the tuning's default */
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 1), 4);
+}
+END_TEST
+
+/* WEFT_NET_GPU_NCHANNELS, when set, wins either way. */
+START_TEST(net_gpu_channels_env) {
+  setenv("WEFT_NET_GPU_NCHANNELS", "2", 1);
+  struct ncclComm c = fake_comm(2, 0);
+  c.host_channels = 16;
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 1), 2);
+  ck_assert_int_eq(weft_cuda_net_max_channels(&c, 3), 2);
 }
 END_TEST
 
@@ -649,6 +674,8 @@ int main(void) {
   tcase_add_test(tc, channels_default);
   tcase_add_test(tc, host_channels_sockets);
   tcase_add_test(tc, host_channels_env);
+  tcase_add_test(tc, net_gpu_channels);
+  tcase_add_test(tc, net_gpu_channels_env);
   tcase_add_test(tc, chunk_default);
   tcase_add_test(tc, channels_env);
   tcase_add_test(tc, channels_fit_ring);

@@ -9,6 +9,24 @@
 #include "base/param.h"
 #include "weft_config.h"
 
+/* Net links' channels by default: 4; with one net peer, the host
+ * engine's socket channels when more (comm->host_channels: 16 where every
+ * host has 8 cores a local rank, 8 with 4). On the 16-core machine (GPU
+ * ranks on simulated hosts, AllReduce, 2026-12-04) 2 ranks moved 128 MiB
+ * at 7.3-7.7 GB/s busbw with 4 channels, 9.0-10.0 with 8 and 11.1-12.1
+ * with 16, against host ranks' 10.7-11.8 over the same sockets; but 4
+ * ranks (3 net peers) with 5 channels each moved 16-64 MiB at 1.0-1.2
+ * against 4.3-4.7 with 4 (not understood yet), so more peers keep 4
+ * (docs/PERFORMANCE.md, "Fifth pass"). */
+#define NET_GPU_MIN_CHANNELS 4
+
+int weft_cuda_net_max_channels(const struct ncclComm *comm, int nnet) {
+  if (weft_param_is_set(WEFT_PARAM_NET_GPU_NCHANNELS))
+    return (int)weft_param_int(WEFT_PARAM_NET_GPU_NCHANNELS);
+  int ch = nnet == 1 ? comm->host_channels : 0;
+  return ch > NET_GPU_MIN_CHANNELS ? ch : NET_GPU_MIN_CHANNELS;
+}
+
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
 #include <cuda_runtime_api.h>
 
@@ -22,17 +40,6 @@ struct weft_cuda_net {
   unsigned char *net_peer;
   struct weft_proxy_comm *proxy;
 };
-
-/* Net links' channels by default: 4; with one net peer, the host
- * engine's socket channels when more (comm->host_channels: 16 where every
- * host has 8 cores a local rank, 8 with 4). On the 16-core machine (GPU
- * ranks on simulated hosts, AllReduce, 2026-12-04) 2 ranks moved 128 MiB
- * at 7.3-7.7 GB/s busbw with 4 channels, 9.0-10.0 with 8 and 11.1-12.1
- * with 16, against host ranks' 10.7-11.8 over the same sockets; but 4
- * ranks (3 net peers) with 5 channels each moved 16-64 MiB at 1.0-1.2
- * against 4.3-4.7 with 4 (not understood yet), so more peers keep 4
- * (docs/PERFORMANCE.md, "Fifth pass"). */
-#define NET_GPU_MIN_CHANNELS 4
 
 struct weft_cuda_net_ops {
   struct weft_proxy_comm *proxy;
@@ -49,13 +56,6 @@ int weft_cuda_net_peers(const struct ncclComm *comm, unsigned char *net_peer) {
     n += net_peer[p];
   }
   return n;
-}
-
-int weft_cuda_net_max_channels(const struct ncclComm *comm, int nnet) {
-  if (weft_param_is_set(WEFT_PARAM_NET_GPU_NCHANNELS))
-    return (int)weft_param_int(WEFT_PARAM_NET_GPU_NCHANNELS);
-  int ch = nnet == 1 ? comm->host_channels : 0;
-  return ch > NET_GPU_MIN_CHANNELS ? ch : NET_GPU_MIN_CHANNELS;
 }
 
 /* Hands every FIFO of the net transport's links to the proxy, each with
