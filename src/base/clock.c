@@ -5,16 +5,14 @@
 
 #include "base/param.h"
 
-int64_t weft_time_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t weft_time_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t weft_time_ms(void) {
+  return weft_time_ns() / 1000000;
 }
 
 int64_t weft_deadline_default(void) {

@@ -276,8 +276,8 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (nch > WEFT_MAX_CHANNELS / 2) nch = WEFT_MAX_CHANNELS / 2;
   /* Each channel of a net peer is a network connection each way. */
   int nnet = weft_cuda_net_peers(comm, e->net_peer);
-  if (nnet > 0 && nch > weft_cuda_net_max_channels(comm, nnet))
-    nch = weft_cuda_net_max_channels(comm, nnet);
+  const int net_max = nnet > 0 ? weft_cuda_net_max_channels(comm, nnet) : nch;
+  if (nch > net_max) nch = net_max;
   if (nch < 1) nch = 1;
   res = p2p_parts_agree(comm, max_lanes, nnet, nch * 2, &e->p2p_parts);
   if (res != ncclSuccess) goto err;
