@@ -174,10 +174,11 @@ int weft_comm_gpu_path(const struct ncclComm *comm, const struct weft_topo *t, c
  * tuning's own default, 2) otherwise and wherever no socket is used. Each
  * channel's link has one helper thread, so a rank may run two helper
  * threads per core it has: on 16 cores with 2 ranks (2026-12-04,
- * docs/PERFORMANCE.md "Fifth pass") 16 channels moved a 64 MiB broadcast
- * 10-25% faster than 8, AllReduce and AllGather 5-25%, ReduceScatter and
- * Reduce within the spread; with 4 ranks 8 channels moved AllReduce and
- * Broadcast 10-25% faster than 4. A rank's lanes run on one thread (two
+ * docs/PERFORMANCE.md "Fifth pass", two calls) 16 channels moved a 64 MiB
+ * Broadcast 7-29% faster than 8 and a 64 MiB AllReduce 0-37% (at 16 MiB
+ * both -17% to +19%, mostly faster), the other collectives within the
+ * spread; with 4 ranks 8 channels moved Broadcast 6-30% faster than 4 and
+ * AllReduce -13% to +20%. A rank's lanes run on one thread (two
  * with the lane team), and a channel's helper sleeps while its lane waits
  * on the others, so the threads seldom all run at once. On 2 cores,
  * without helper threads, 4 channels cost a fifth of AllReduce's busbw.
