@@ -365,6 +365,67 @@ START_TEST(test_send_larger_chunked) {
 }
 END_TEST
 
+/* ---- Chunks go to whichever socket is free ----------------------------------- */
+
+#define DEAL_MSGS 48
+#define DEAL_THREADS 4
+
+/* 4 threads of a socket each; socket 0's send buffer is made tiny, so it
+ * moves far less per wake-up than the others. The child reports how many
+ * bytes each helper thread moved (read after every request ended: the
+ * requests' completion orders the helpers' counts before the read). */
+static int send_dealt(void *comm, int fd) {
+  struct weft_ns_comm *c = comm;
+  int small = 4096;
+  if (c->nsocks != DEAL_THREADS ||
+      setsockopt(c->socks[0].fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) != 0)
+    return 0;
+  char *buf = malloc(1 * MIB);
+  fill(buf, 1 * MIB, 7); /* every message: the helpers read it while others post */
+  void *reqs[8];
+  for (int m = 0; m < DEAL_MSGS; m += 8) {
+    for (int k = 0; k < 8; k++) {
+      reqs[k] = NULL;
+      while (reqs[k] == NULL)
+        if (net->isend(comm, buf, 1 * MIB, 0, NULL, &reqs[k]) != ncclSuccess) return 0;
+    }
+    for (int k = 0; k < 8; k++)
+      if (wait_req(reqs[k], NULL) != ncclSuccess) return 0;
+  }
+  uint64_t bytes[DEAL_THREADS];
+  for (int t = 0; t < DEAL_THREADS; t++) bytes[t] = c->threads[t].bytes;
+  if (write(fd, bytes, sizeof(bytes)) != (ssize_t)sizeof(bytes)) return 0;
+  free(buf);
+  return net->close_send(comm) == ncclSuccess;
+}
+
+/* Round-robin dealing would give every socket exactly a quarter; dealing
+ * to whichever socket is free gives the slowed one less, and every
+ * message still lands whole. */
+START_TEST(test_chunks_to_free_sockets) {
+  set_counts("4", "1");
+  struct pair p = pair_start(send_dealt);
+  void *comm = accept_comm(p.listen);
+  char *buf = malloc(1 * MIB);
+  for (int m = 0; m < DEAL_MSGS; m++) {
+    memset(buf, 0, 1 * MIB);
+    recv_into(comm, buf, 1 * MIB, ncclSuccess, 1 * MIB, 7);
+  }
+  uint64_t bytes[DEAL_THREADS], all = 0;
+  ck_assert(read(p.back, bytes, sizeof(bytes)) == (ssize_t)sizeof(bytes));
+  for (int t = 0; t < DEAL_THREADS; t++) all += bytes[t];
+  ck_assert_msg(all >= (uint64_t)DEAL_MSGS * MIB, "the helpers moved %llu bytes of %llu",
+                (unsigned long long)all, (unsigned long long)DEAL_MSGS * MIB);
+  ck_assert_msg(bytes[0] * 10 < all * 2,
+                "the slowed socket moved %llu of %llu bytes: at least the 1/4 of a fixed deal "
+                "(the others: %llu, %llu, %llu)",
+                (unsigned long long)bytes[0], (unsigned long long)all, (unsigned long long)bytes[1],
+                (unsigned long long)bytes[2], (unsigned long long)bytes[3]);
+  free(buf);
+  pair_finish(&p, comm);
+}
+END_TEST
+
 /* ---- A receive with a spare buffer -------------------------------------------- */
 
 static const size_t spare_sends[] = {1000, 3 * MIB, 150, 2 * MIB + 5, 64 * 1024 + 1};
@@ -679,6 +740,7 @@ static Suite *net_socket_suite(void) {
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_recv_spare);
+  tcase_add_test(tc, test_chunks_to_free_sockets);
   tcase_add_test(tc, test_stranger_refused);
   tcase_add_loop_test(tc, test_peer_killed, 0, 2);
   tcase_add_loop_test(tc, test_receiver_closes, 0, 2);

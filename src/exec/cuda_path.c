@@ -74,7 +74,8 @@ void weft_cuda_queues_check(const struct ncclComm *comm) {
           "rank %d: %d ranks of this process share GPU %d under MPS: the MPS server gives this "
           "process fewer hardware queues than their %d streams, so a rank's kernel can wait "
           "behind a peer's that waits for it (a timeout naming no culprit). Run rank-threads "
-          "sharing a GPU without MPS, or one rank per process under MPS (docs/CUDA.md)",
+          "sharing a GPU without MPS, one rank per process under MPS, or set "
+          "CUDA_DEVICE_MAX_CONNECTIONS=8 or more before the process starts CUDA (docs/CUDA.md)",
           comm->rank, here, comm->cuda_dev, 2 * here);
     return;
   }

@@ -81,6 +81,11 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
   }
   for (int i = 0; i < nthreads; i++) c->threads[i].wake_fd = -1;
   peer_name(c->ctrl_fd, c->peer, sizeof(c->peer));
+  if (pthread_mutex_init(&c->deal_lock, NULL) != 0) {
+    WARN("net/socket: a mutex for a comm with %s: out of resources", c->peer);
+    goto fail;
+  }
+  c->deal_lock_made = 1;
   for (int i = 0; i <= nsocks; i++) WEFT_CHECK_GOTO(weft_socket_set_data_opts(fds[i]), res, fail);
   c->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   c->wait_fd = epoll_create1(EPOLL_CLOEXEC);
@@ -109,6 +114,7 @@ void weft__ns_comm_destroy(struct weft_ns_comm *comm) {
   for (int i = 0; i < comm->nsocks; i++) weft_socket_close(&comm->socks[i].fd);
   weft_socket_close(&comm->done_fd);
   weft_socket_close(&comm->wait_fd);
+  if (comm->deal_lock_made) pthread_mutex_destroy(&comm->deal_lock);
   free(comm);
 }
 
@@ -151,7 +157,7 @@ static ncclResult_t ctrl_header(struct weft_ns_comm *c, struct weft_ns_request *
     return ncclInvalidUsage;
   }
   r->size = (size_t)r->msg.size;
-  if (!(r->msg.flags & WEFT_NS_MSG_INLINE) && r->size > 0) weft__ns_post_chunks(c, r);
+  if (!(r->msg.flags & WEFT_NS_MSG_INLINE) && r->size > 0) weft__ns_open_recv(c, r);
   return ncclSuccess;
 }
 
@@ -242,7 +248,9 @@ static struct weft_ns_request *req_take(struct weft_ns_comm *c, int is_send, voi
   r->in_spare = 0;
   r->size = is_send ? size : 0;
   r->ctrl_done = 0;
+  r->seq = c->posted;
   atomic_store(&r->pending, 0);
+  atomic_store(&r->open, 0);
   r->msg = (struct weft_ns_msg){.size = size, .magic = WEFT_NS_MSG_MAGIC};
   return r;
 }
@@ -258,7 +266,7 @@ ncclResult_t weft__ns_isend(void *send_comm, void *data, size_t size, int tag, v
   if (r == NULL) return ncclSuccess;
   if (size <= c->inline_max)
     r->msg.flags |= WEFT_NS_MSG_INLINE;
-  else
+  else if (size > 0)
     weft__ns_post_chunks(c, r);
   c->posted++;
   WEFT_CHECK(ctrl_progress(c));
@@ -305,8 +313,13 @@ ncclResult_t weft__ns_test(void *request, int *done, size_t *sizes) {
   WEFT_CHECK(ctrl_progress(c));
   ncclResult_t err = (ncclResult_t)atomic_load(&c->err);
   if (err != ncclSuccess) return err;
-  if (r->stage != WEFT_NS_CHUNKS || atomic_load_explicit(&r->pending, memory_order_acquire) != 0)
+  if (r->stage != WEFT_NS_CHUNKS) return ncclSuccess;
+  if (atomic_load_explicit(&r->pending, memory_order_acquire) != 0) {
+    /* The peer closed every data socket: the bytes still missing never come. */
+    if (!r->is_send && atomic_load(&c->data_eof) == c->nsocks)
+      return weft__ns_comm_fail(c, ncclRemoteError, 0, "receiving a message's chunks");
     return ncclSuccess;
+  }
   /* A helper thread may have failed on this request's last chunk. */
   err = (ncclResult_t)atomic_load(&c->err);
   if (err != ncclSuccess) return err;
@@ -352,8 +365,9 @@ int weft_net_socket_wait_fd(void *request) {
    * wakes the waiter at once (helper.c, "Wake-ups"). */
   atomic_store_explicit(&c->waiter, 1, memory_order_relaxed);
   atomic_thread_fence(memory_order_seq_cst);
-  int ready = r->stage == WEFT_NS_CTRL ? !r->is_send && c->roff < c->rlen /* read ahead */
-                                       : atomic_load(&r->pending) == 0;
+  int ready = r->stage == WEFT_NS_CTRL
+                  ? !r->is_send && c->roff < c->rlen /* read ahead */
+                  : atomic_load(&r->pending) == 0 || atomic_load(&c->data_eof) == c->nsocks;
   if (ready || atomic_load(&c->err) != ncclSuccess) weft__ns_signal_done(c);
   return c->wait_fd;
 }

@@ -7,10 +7,12 @@
  * starts with a header on the control socket, in posting order. A message
  * of at most inline_max bytes follows its header there, moved by the
  * caller's thread (no thread hop: latency). A larger one is cut into
- * chunks (at least WEFT_NS_MIN_CHUNK bytes, at most one per socket) that
- * both sides deal to the data sockets round-robin in message order, so
- * every data socket carries its chunks in the same order on both ends;
- * each data socket belongs to one helper thread. */
+ * chunks (WEFT_NS_MIN_CHUNK..WEFT_NS_MAX_CHUNK bytes) that the sender's
+ * helper threads take one at a time, oldest message first, whenever one
+ * of their data sockets is free: a fast socket moves more chunks than a
+ * slow one. Each chunk travels behind its own header (the message's
+ * sequence number, offset and size), so the receiver's helper threads
+ * place it wherever it lands. */
 #ifndef WEFT_TRANSPORT_NET_SOCKET_SOCKET_NET_H
 #define WEFT_TRANSPORT_NET_SOCKET_SOCKET_NET_H
 
@@ -59,24 +61,36 @@ struct weft_ns_msg {
 };
 #define WEFT_NS_MSG_INLINE 0x1u
 
+/* Every chunk's header on its data socket. */
+struct weft_ns_chunk {
+  uint64_t seq;    /* the message's: requests posted on the comm before it */
+  uint64_t offset; /* of the chunk in the message */
+  uint32_t size;
+  uint32_t magic;
+};
+#define WEFT_NS_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
+/* Chunks are at most this large, so that a large message is dealt in
+ * enough pieces for the sockets to even out. */
+#ifndef WEFT_NS_MAX_CHUNK
+#define WEFT_NS_MAX_CHUNK (512 * 1024)
+#endif
+
 struct weft_ns_request;
 
-/* One chunk on one data socket. */
-struct weft_ns_task {
-  struct weft_ns_request *req;
-  char *data;
-  size_t size;
-  size_t done;
-};
-
-/* A data socket and its FIFO of chunks: the caller's thread fills tail,
- * the owning helper thread empties head. At most one chunk per request
- * per socket, so WEFT_NS_MAX_REQUESTS entries never overflow. */
+/* A data socket and the chunk it moves now: its helper thread's alone. */
 struct weft_ns_sock {
   int fd;
   int is_send;
-  _Atomic uint32_t head, tail;
-  struct weft_ns_task tasks[WEFT_NS_MAX_REQUESTS];
+  /* The chunk under way: req NULL when none. A sender's header goes out
+   * ahead of its data (done counts both); a receiver's header is read
+   * first (hdr, hdr_done), then the data into data (done), with the next
+   * chunk's header read behind it into hdr where it is there already. */
+  struct weft_ns_request *req;
+  char *data;
+  size_t len, done;
+  struct weft_ns_chunk hdr;
+  size_t hdr_done;
+  int eof; /* a receiver's: the peer closed it between chunks */
 };
 
 struct weft_ns_comm;
@@ -88,6 +102,9 @@ struct weft_ns_thread {
   /* The thread is about to sleep, or sleeps, in poll(): only then does a
    * poster write wake_fd (helper.c, "Wake-ups"). */
   _Atomic int sleeping;
+  /* A receiver's sockets holding a header whose message is not open yet:
+   * opening one wakes the thread if it sleeps. */
+  _Atomic int parked;
   int started;
   pthread_t tid;
   /* Where the thread's time went (said at INFO NET when the comm closes):
@@ -115,9 +132,17 @@ struct weft_ns_request {
   size_t spare_size;
   int in_spare;
   size_t size;   /* the bytes that move: known to a receiver once the header is in */
+  uint64_t seq;  /* requests posted on the comm before this one */
   struct weft_ns_msg msg;
-  size_t ctrl_done;    /* bytes of header + inline data moved */
-  _Atomic int pending; /* chunks still moving */
+  size_t ctrl_done; /* bytes of header + inline data moved */
+  /* What is still moving: a send's chunks, a receive's bytes. */
+  _Atomic size_t pending;
+  /* A send's chunk size and the bytes dealt to sockets so far (under the
+   * comm's deal_lock). */
+  size_t chunk, dealt;
+  /* A receive's seq + 1 once its helper threads may write into it (the
+   * header is in and chose the buffer); 0 before. */
+  _Atomic uint64_t open;
 };
 
 struct weft_ns_comm {
@@ -129,7 +154,15 @@ struct weft_ns_comm {
   struct weft_ns_sock socks[WEFT_NS_MAX_SOCKS];
   struct weft_ns_thread threads[WEFT_NS_MAX_THREADS];
   _Atomic int stop;
-  int next_sock; /* round-robin deal, the same on both ends */
+  /* A sender's messages with chunks not yet dealt, oldest first: the
+   * caller's thread adds at deal_tail, the helpers take under deal_lock. */
+  struct weft_ns_request *deal[WEFT_NS_MAX_REQUESTS];
+  _Atomic uint64_t deal_head, deal_tail;
+  pthread_mutex_t deal_lock;
+  int deal_lock_made;
+  /* A receiver's data sockets the peer closed between chunks: once all
+   * are, a message still waiting for bytes fails (weft__ns_test). */
+  _Atomic int data_eof;
   struct weft_ns_request reqs[WEFT_NS_MAX_REQUESTS];
   /* Control bytes read ahead: one recv takes a header and a small
    * message's data together (latency). */
@@ -173,8 +206,10 @@ void weft__ns_signal_if_waiting(struct weft_ns_comm *comm);
 /* helper.c */
 ncclResult_t weft__ns_threads_start(struct weft_ns_comm *comm);
 void weft__ns_threads_stop(struct weft_ns_comm *comm);
-/* Cuts req's size bytes into chunks and queues them on the data sockets. */
+/* A send: offers req's chunks to the helper threads. */
 void weft__ns_post_chunks(struct weft_ns_comm *comm, struct weft_ns_request *req);
+/* A receive whose header is in: lets the helper threads write into it. */
+void weft__ns_open_recv(struct weft_ns_comm *comm, struct weft_ns_request *req);
 
 /* setup.c */
 ncclResult_t weft__ns_listen(int dev, void *handle, void **listen_comm);
