@@ -37,10 +37,14 @@ void weft__ns_sock_counts(int *nthreads_out, int *nsocks_out) {
   *nsocks_out = (int)(t * s);
 }
 
+int weft__ns_comm_set_error(struct weft_ns_comm *comm, ncclResult_t res) {
+  int expected = ncclSuccess;
+  return atomic_compare_exchange_strong(&comm->err, &expected, (int)res);
+}
+
 ncclResult_t weft__ns_comm_fail(struct weft_ns_comm *comm, ncclResult_t res, int err,
                                 const char *doing) {
-  int expected = ncclSuccess;
-  if (atomic_compare_exchange_strong(&comm->err, &expected, (int)res)) {
+  if (weft__ns_comm_set_error(comm, res)) {
     if (res == ncclRemoteError)
       WARN("net/socket: connection with %s closed by the peer while %s%s%s", comm->peer, doing,
            err ? ": " : "", err ? strerror(err) : "");
@@ -138,8 +142,7 @@ static ncclResult_t ctrl_header(struct weft_ns_comm *c, struct weft_ns_request *
         "net/socket: %s sent a message header with a bad magic (0x%x): the stream is out of "
         "step",
         c->peer, r->msg.magic);
-    int expected = ncclSuccess;
-    atomic_compare_exchange_strong(&c->err, &expected, (int)ncclSystemError);
+    weft__ns_comm_set_error(c, ncclSystemError);
     return ncclSystemError;
   }
   if (r->msg.size > r->posted && r->spare != NULL && r->msg.size <= r->spare_size) {
@@ -152,8 +155,7 @@ static ncclResult_t ctrl_header(struct weft_ns_comm *c, struct weft_ns_request *
         "net/socket: %s sent a message of %llu bytes but the receive posted takes %zu; "
         "nothing was written past the buffer",
         c->peer, (unsigned long long)r->msg.size, r->posted);
-    int expected = ncclSuccess;
-    atomic_compare_exchange_strong(&c->err, &expected, (int)ncclInvalidUsage);
+    weft__ns_comm_set_error(c, ncclInvalidUsage);
     return ncclInvalidUsage;
   }
   r->size = (size_t)r->msg.size;

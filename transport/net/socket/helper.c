@@ -173,7 +173,7 @@ static enum sock_state recv_progress(struct weft_ns_comm *c, struct weft_ns_thre
         WARN(
             "net/socket: %s sent a chunk header with a bad magic (0x%x): the stream is out of step",
             c->peer, h->magic);
-        weft__ns_comm_fail(c, ncclSystemError, EPROTO, "receiving");
+        weft__ns_comm_set_error(c, ncclSystemError);
         return SOCK_IDLE;
       }
       if (atomic_load_explicit(&r->open, memory_order_acquire) != h->seq + 1) return SOCK_PARKED;
@@ -182,7 +182,7 @@ static enum sock_state recv_progress(struct weft_ns_comm *c, struct weft_ns_thre
             "net/socket: %s sent a chunk of %u bytes at offset %llu of message %llu, which has "
             "%zu: the stream is out of step",
             c->peer, h->size, (unsigned long long)h->offset, (unsigned long long)h->seq, r->size);
-        weft__ns_comm_fail(c, ncclSystemError, EPROTO, "receiving");
+        weft__ns_comm_set_error(c, ncclSystemError);
         return SOCK_IDLE;
       }
       sk->req = r;

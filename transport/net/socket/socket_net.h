@@ -191,6 +191,9 @@ ncclResult_t weft__ns_comm_create(int is_send, int *fds, int nsocks, int nthread
                                   struct weft_ns_comm **out);
 /* Stops the threads, closes every socket, frees; after errors too. */
 void weft__ns_comm_destroy(struct weft_ns_comm *comm);
+/* Records res as the comm's error if it has none yet (the caller has
+ * said why); returns whether it did. */
+int weft__ns_comm_set_error(struct weft_ns_comm *comm, ncclResult_t res);
 /* Records the comm's first error and WARNs once, naming the peer: res is
  * ncclRemoteError (peer closed or reset; err 0 for an orderly close) or
  * ncclSystemError (err: the errno). Returns the comm's error. */
