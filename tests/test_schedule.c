@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sched/plan.h"
 #include "sched/schedule.h"
 #include "suite_run.h"
 
@@ -666,6 +667,79 @@ START_TEST(p2p_patterns) {
 }
 END_TEST
 
+/* weft_split: parts tile the total, start on a grain, differ by at most
+ * one grain, and the last takes what is short of a grain. */
+START_TEST(split_grains) {
+  const size_t grains[] = {1, 4, 16};
+  for (size_t gi = 0; gi < sizeof(grains) / sizeof(grains[0]); gi++)
+    for (int n = 1; n <= 7; n++)
+      for (size_t total = 0; total <= 300; total++) {
+        size_t g = grains[gi], at = 0, lo = SIZE_MAX, hi = 0;
+        for (int c = 0; c < n; c++) {
+          size_t off, len;
+          weft_split(total, n, c, g, &off, &len);
+          EXPECT(off == at, "split %zu/%d grain %zu: part %d at %zu, not %zu", total, n, g, c, off,
+                 at);
+          EXPECT(off % g == 0, "split %zu/%d grain %zu: part %d at %zu", total, n, g, c, off);
+          size_t whole = c == n - 1 ? len - total % g : len;
+          EXPECT(whole % g == 0, "split %zu/%d grain %zu: part %d of %zu", total, n, g, c, len);
+          lo = whole < lo ? whole : lo;
+          hi = whole > hi ? whole : hi;
+          at += len;
+        }
+        EXPECT(at == total, "split %zu/%d grain %zu covers %zu", total, n, g, at);
+        EXPECT(hi - lo <= g, "split %zu/%d grain %zu: parts of %zu and %zu", total, n, g, lo, hi);
+      }
+}
+END_TEST
+
+/* Offsets of a plan's steps stay 16-byte aligned where no rank's block
+ * boundary needs otherwise (AllReduce, Broadcast, Reduce), whatever the
+ * count and the channel count: the kernels then use 16-byte vectors. Five
+ * channels and three ranks cut 4 Mi floats at odd elements before. */
+static void check_aligned(const struct weft_plan *p, const char *what, int nch, int n) {
+  for (int i = 0; i < p->nlanes; i++)
+    for (size_t k = 0; k < p->lanes[i].nsteps; k++) {
+      const struct weft_step *st = &p->lanes[i].steps[k];
+      size_t offs[3] = {st->send_off, st->dst_off, st->local_off};
+      for (int o = 0; o < 3; o++)
+        EXPECT(offs[o] % WEFT_SPLIT_BYTES == 0,
+               "%s, %d ranks, %d channels: lane %d step %zu offset %zu is not 16-byte aligned",
+               what, n, nch, i, k, offs[o]);
+    }
+}
+
+START_TEST(steps_aligned) {
+  const enum weft_func funcs[] = {WEFT_FUNC_ALLREDUCE, WEFT_FUNC_BROADCAST, WEFT_FUNC_REDUCE};
+  const size_t counts[] = {4u << 20, (4u << 20) + 3, 1000003};
+  int ring[MAXR];
+  for (int n = 2; n <= 5; n++) {
+    make_ring(n, 1, ring);
+    for (int nch = 1; nch <= 7; nch++)
+      for (size_t f = 0; f < sizeof(funcs) / sizeof(funcs[0]); f++)
+        for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+          for (int tree = 0; tree < 2; tree++) {
+            if (tree && funcs[f] != WEFT_FUNC_ALLREDUCE) continue;
+            for (int r = 0; r < n; r++) {
+              struct weft_sched_args a = {.func = funcs[f],
+                                          .rank = r,
+                                          .nranks = n,
+                                          .root = n - 1,
+                                          .count = counts[k],
+                                          .elem_size = 4,
+                                          .nchannels = nch,
+                                          .chunk_bytes = 128 << 10,
+                                          .ring = ring};
+              struct weft_plan p;
+              ck_assert_int_eq(tree ? weft_tree_plan(&a, &p) : weft_ring_plan(&a, &p), ncclSuccess);
+              check_aligned(&p, weft_func_name(funcs[f]), nch, n);
+              weft_plan_free(&p);
+            }
+          }
+  }
+}
+END_TEST
+
 START_TEST(edges) {
   int ring[2] = {0, 1};
   struct weft_plan p;
@@ -718,6 +792,8 @@ static Suite *schedule_suite(void) {
   TCase *tc = tcase_create("simulator");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, edges);
+  tcase_add_test(tc, split_grains);
+  tcase_add_test(tc, steps_aligned);
   tcase_add_test(tc, tree_shape);
   tcase_add_loop_test(tc, ring_collectives, 1, MAXR + 1);
   tcase_add_loop_test(tc, tree_allreduce, 1, MAXR + 1);

@@ -16,8 +16,11 @@
  * at 7.3-7.7 GB/s busbw with 4 channels, 9.0-10.0 with 8 and 11.1-12.1
  * with 16, against host ranks' 10.7-11.8 over the same sockets; but 4
  * ranks (3 net peers) with 5 channels each moved 16-64 MiB at 1.0-1.2
- * against 4.3-4.7 with 4 (not understood yet), so more peers keep 4
- * (docs/PERFORMANCE.md, "Fifth pass"). */
+ * against 4.3-4.7 with 4: parts started off 16-byte boundaries, and the
+ * kernels moved them element by element (fixed in sched/plan.c's
+ * weft_split; "Seventh pass"). 5 and 8 now run like 4 (8 up to 20%
+ * faster), so more peers keep 4, for half the pinned memory
+ * (docs/PERFORMANCE.md, "Fifth pass", "Seventh pass"). */
 #define NET_GPU_MIN_CHANNELS 4
 
 int weft_cuda_net_max_channels(const struct ncclComm *comm, int nnet) {

@@ -43,7 +43,7 @@ static ncclResult_t p2p_self_lane(int rank, const struct weft_p2p *ops, int nops
       return ncclInvalidUsage;
     }
     size_t bytes = ops[s].bytes < ops[r].bytes ? ops[s].bytes : ops[r].bytes, off, len;
-    weft_split(bytes, parts, part, &off, &len);
+    weft_split(bytes, parts, part, WEFT_SPLIT_BYTES, &off, &len);
     struct weft_step st = weft_step_local((uint16_t)r, off, (uint16_t)s, off, len, 0);
     WEFT_CHECK(weft_lane_push(lane, &st));
   }
@@ -57,11 +57,11 @@ static ncclResult_t p2p_peer_lane(int peer, const struct weft_p2p *ops, int nops
     struct weft_step st = {.send_peer = -1, .recv_peer = -1};
     size_t off, len;
     if (r >= 0) {
-      weft_split(ops[r].bytes, parts, part, &off, &len);
+      weft_split(ops[r].bytes, parts, part, WEFT_SPLIT_BYTES, &off, &len);
       st = weft_step_recv(peer, WEFT_STEP_COPY, (uint16_t)r, off, 0, 0, len);
     }
     if (s >= 0) {
-      weft_split(ops[s].bytes, parts, part, &off, &len);
+      weft_split(ops[s].bytes, parts, part, WEFT_SPLIT_BYTES, &off, &len);
       st.flags |= WEFT_STEP_SEND;
       st.send_buf = (uint16_t)s;
       st.send_peer = peer;

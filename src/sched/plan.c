@@ -82,11 +82,11 @@ ncclResult_t weft_lane_flush(struct weft_lane_writer *w) {
   return weft_lane_push(w->lane, &w->pending);
 }
 
-void weft_split(size_t total, int nparts, int c, size_t *off_out, size_t *len_out) {
-  size_t n = (size_t)nparts, k = (size_t)c;
-  size_t base = total / n, extra = total % n;
-  *off_out = k * base + (k < extra ? k : extra);
-  *len_out = base + (k < extra ? 1 : 0);
+void weft_split(size_t total, int nparts, int c, size_t grain, size_t *off_out, size_t *len_out) {
+  size_t n = (size_t)nparts, k = (size_t)c, g = grain ? grain : 1;
+  size_t grains = total / g, base = grains / n, extra = grains % n;
+  *off_out = (k * base + (k < extra ? k : extra)) * g;
+  *len_out = (base + (k < extra ? 1 : 0)) * g + (k + 1 == n ? total % g : 0);
 }
 
 struct weft_step weft_step_send(int peer, uint16_t buf, size_t off, size_t bytes) {

@@ -26,9 +26,20 @@ ncclResult_t weft_lane_defer_send(struct weft_lane_writer *w, int peer, uint16_t
 /* Writes out a held send as a step of its own. */
 ncclResult_t weft_lane_flush(struct weft_lane_writer *w);
 
-/* Part c of `total` items split into nparts contiguous parts that differ
- * by at most one item (the first total % nparts get the extra one). */
-void weft_split(size_t total, int nparts, int c, size_t *off_out, size_t *len_out);
+/* Part c of `total` items split into nparts contiguous parts, cut in
+ * grains of `grain` items: every part starts on a grain, parts differ by at
+ * most one grain, and the last part takes the items short of a grain. So
+ * parts of a 16-byte-aligned buffer cut in WEFT_SPLIT_BYTES grains start
+ * 16-byte aligned, and the kernels copy and reduce them in 16-byte vectors
+ * (an element-wise loop over pinned host memory is several times slower).
+ * Ends that cut the same total alike agree on every part, and two totals
+ * differ in some part. */
+#define WEFT_SPLIT_BYTES 16
+void weft_split(size_t total, int nparts, int c, size_t grain, size_t *off_out, size_t *len_out);
+/* The grain, in elements of es bytes, that keeps parts 16-byte aligned. */
+static inline size_t weft_split_grain(size_t es) {
+  return es > 0 && es < WEFT_SPLIT_BYTES ? WEFT_SPLIT_BYTES / es : 1;
+}
 
 /* Step makers: a send, a receive (flags: COPY or REDUCE, maybe POSTOP),
  * a local copy. Fields not named are "none" (peers -1). */

@@ -77,11 +77,11 @@ static ncclResult_t ring_step(struct weft_lane *lane, struct weft_step send,
 
 static ncclResult_t ring_allreduce_round(const struct ring_lane *l, size_t base, size_t len) {
   const int n = l->a->nranks, p = l->pos;
-  const size_t es = l->es;
+  const size_t es = l->es, g = weft_split_grain(es);
   size_t so, sl, ro, rl;
   for (int j = 0; j < n - 1; j++) {
-    weft_split(len, n, ring_mod(p - j - 1, n), &so, &sl);
-    weft_split(len, n, ring_mod(p - j - 2, n), &ro, &rl);
+    weft_split(len, n, ring_mod(p - j - 1, n), g, &so, &sl);
+    weft_split(len, n, ring_mod(p - j - 2, n), g, &ro, &rl);
     uint16_t in = j == 0 ? WEFT_BUF_IN : WEFT_BUF_OUT;
     uint16_t flags = WEFT_STEP_REDUCE | (j == n - 2 ? WEFT_STEP_POSTOP : 0);
     WEFT_CHECK(ring_step(l->lane, weft_step_send(l->next, in, (base + so) * es, sl * es),
@@ -89,8 +89,8 @@ static ncclResult_t ring_allreduce_round(const struct ring_lane *l, size_t base,
                                         (base + ro) * es, rl * es)));
   }
   for (int j = 0; j < n - 1; j++) {
-    weft_split(len, n, ring_mod(p - j, n), &so, &sl);
-    weft_split(len, n, ring_mod(p - j - 1, n), &ro, &rl);
+    weft_split(len, n, ring_mod(p - j, n), g, &so, &sl);
+    weft_split(len, n, ring_mod(p - j - 1, n), g, &ro, &rl);
     WEFT_CHECK(ring_step(
         l->lane, weft_step_send(l->next, WEFT_BUF_OUT, (base + so) * es, sl * es),
         weft_step_recv(l->prev, WEFT_STEP_COPY, WEFT_BUF_OUT, (base + ro) * es, 0, 0, rl * es)));
@@ -293,7 +293,7 @@ ncclResult_t weft_ring_plan(const struct weft_sched_args *args, struct weft_plan
   for (int c = 0; c < plan.nlanes; c++) {
     plan.lanes[c].channel = c;
     l.lane = &plan.lanes[c];
-    weft_split(args->count, args->nchannels, c, &l.off, &l.len);
+    weft_split(args->count, args->nchannels, c, weft_split_grain(l.es), &l.off, &l.len);
     l.slot = (l.chunk < l.len ? l.chunk : l.len) * l.es;
     WEFT_CHECK_GOTO(ring_lane_build(&l), res, err_build);
   }

@@ -129,7 +129,7 @@ static ncclResult_t tree_part(const struct weft_sched_args *a, int pos, int k, s
   const size_t es = a->elem_size;
   size_t chunk = a->chunk_bytes == 0 ? SIZE_MAX : a->chunk_bytes / es;
   size_t off, len;
-  weft_split(a->count, 2 * a->nchannels, k, &off, &len);
+  weft_split(a->count, 2 * a->nchannels, k, weft_split_grain(es), &off, &len);
   up->channel = down->channel = k;
   if (len == 0) return ncclSuccess;
   if (a->nranks == 1) {
