@@ -144,6 +144,21 @@ struct elem<__nv_fp8_e4m3> : elem_fp8<__nv_fp8_e4m3, 0x7eu, false> {};
 template <>
 struct elem<__nv_fp8_e5m2> : elem_fp8<__nv_fp8_e5m2, 0x7cu, true> {};
 
+/* One element read through L2 (a FIFO slot's element: never a stale L1
+ * line), for every element type: __ldcg takes integers of its size. */
+template <typename T>
+__device__ __forceinline__ T ldcg_elem(const T *p) {
+  using W = typename std::conditional<
+      sizeof(T) == 1, unsigned char,
+      typename std::conditional<sizeof(T) == 2, unsigned short,
+                                typename std::conditional<sizeof(T) == 4, unsigned int,
+                                                          unsigned long long>::type>::type>::type;
+  W w = __ldcg((const W *)p);
+  T v;
+  memcpy(&v, &w, sizeof(T));
+  return v;
+}
+
 /* dst = a op b over bytes (b alone for OP_COPY), then / div when DIV.
  * b may be a FIFO slot: read through L2 (__ldcg), never a stale L1 line.
  * 16-byte vectors when all three pointers allow, U in flight per thread. */
@@ -194,10 +209,30 @@ __device__ __forceinline__ void span_loop(char *dst, const char *a, const char *
     }
     done = nv * V;
   }
+  /* Element by element (the rest after the vectors, or every element
+   * where some pointer is not 16-byte aligned), U in flight per thread for
+   * a reduction (a copy that is not 16-byte aligned goes to
+   * copy_misaligned, and one unrolled here would crowd the kernel that
+   * inlines copy_bytes). */
   T *d = (T *)dst;
   const T *pa = (const T *)a, *pb = (const T *)b;
-  for (size_t i = done + t; i < ne; i += nt) {
-    T r = OP == OP_COPY ? pb[i] : elem<T>::apply(OP, pa[i], pb[i]);
+  size_t i = done + t;
+  for (; OP != OP_COPY && U > 1 && i + (size_t)(U - 1) * nt < ne; i += (size_t)U * nt) {
+    T vb[U], va[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) vb[u] = ldcg_elem(pb + i + (size_t)u * nt);
+    if (OP != OP_COPY) {
+#pragma unroll
+      for (int u = 0; u < U; u++) va[u] = pa[i + (size_t)u * nt];
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      T r = OP == OP_COPY ? vb[u] : elem<T>::apply(OP, va[u], vb[u]);
+      d[i + (size_t)u * nt] = DIV ? elem<T>::div(r, div) : r;
+    }
+  }
+  for (; i < ne; i += nt) {
+    T x = ldcg_elem(pb + i), r = OP == OP_COPY ? x : elem<T>::apply(OP, pa[i], x);
     d[i] = DIV ? elem<T>::div(r, div) : r;
   }
 }
@@ -223,7 +258,52 @@ __device__ void span(char *dst, const char *a, const char *b, size_t bytes, int 
   span_loop<T, OP, U, false>(dst, a, b, bytes, 0, t, nt);
 }
 
-/* Byte copies (sends, copies without a divide) need no element type. */
+/* n words of W from src to dst (both W-aligned), 8 in flight per thread:
+ * a copy whose ends differ in alignment cannot take 16-byte vectors, and
+ * one word in flight per thread left it several times slower, most of all
+ * from a FIFO in pinned host memory. */
+template <typename W>
+__device__ __forceinline__ void copy_words(W *dst, const W *src, size_t n, int t, int nt) {
+  constexpr int U = 8;
+  size_t i = (size_t)t;
+  for (; i + (size_t)(U - 1) * nt < n; i += (size_t)U * nt) {
+    W v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) v[u] = __ldcg(src + i + (size_t)u * nt);
+#pragma unroll
+    for (int u = 0; u < U; u++) dst[i + (size_t)u * nt] = v[u];
+  }
+  for (; i < n; i += nt) dst[i] = __ldcg(src + i);
+}
+
+/* A copy whose ends differ in alignment mod 16: the widest word both
+ * share their alignment mod (8, 4, 2 bytes, else 1), with the bytes before
+ * the first aligned word and after the last one by one. Called, not
+ * inlined: its loops would crowd the plan kernel's registers. */
+static __device__ __noinline__ void copy_misaligned(char *dst, const char *src, size_t bytes, int t,
+                                             int nt) {
+  const uintptr_t d = (uintptr_t)dst, diff = d ^ (uintptr_t)src;
+  const size_t w = (diff & 7) == 0 ? 8 : (diff & 3) == 0 ? 4 : (diff & 1) == 0 ? 2 : 1;
+  size_t head = (w - (d & (w - 1))) & (w - 1);
+  if (head > bytes) head = bytes;
+  if (t < (int)head) dst[t] = __ldcg(src + t);
+  const size_t body = (bytes - head) & ~(w - 1);
+  char *bd = dst + head;
+  const char *bs = src + head;
+  switch (w) {
+    case 8:
+      copy_words((unsigned long long *)bd, (const unsigned long long *)bs, body / 8, t, nt);
+      break;
+    case 4: copy_words((uint32_t *)bd, (const uint32_t *)bs, body / 4, t, nt); break;
+    case 2: copy_words((uint16_t *)bd, (const uint16_t *)bs, body / 2, t, nt); break;
+    default: copy_words((uint8_t *)bd, (const uint8_t *)bs, body, t, nt); break;
+  }
+  size_t tail = bytes - head - body, at = bytes - tail;
+  if (t < (int)tail) dst[at + t] = __ldcg(src + at + t);
+}
+
+/* Byte copies (sends, copies without a divide) need no element type:
+ * 16-byte vectors where both ends share their alignment mod 16. */
 __device__ inline void copy_bytes(char *dst, const char *src, size_t bytes, int t, int nt) {
   if (((uintptr_t)dst & 15) == ((uintptr_t)src & 15)) {
     size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
@@ -234,7 +314,7 @@ __device__ inline void copy_bytes(char *dst, const char *src, size_t bytes, int 
     if (t < (int)tail) dst[at + t] = __ldcg(src + at + t);
     return;
   }
-  for (size_t i = t; i < bytes; i += nt) dst[i] = __ldcg(src + i);
+  copy_misaligned(dst, src, bytes, t, nt);
 }
 
 /* One datatype's reduction, called rather than inlined: a kernel calls
