@@ -9,8 +9,17 @@
  * K streams of a point together send from S bytes and are received into
  * S bytes (each stream S/K of it, on both ends): the memory a 2-rank
  * broadcast of S bytes reads and writes, so its cache behaviour too.
+ * --rounds (with --span) moves S in rounds, like a broadcast's back-to-back
+ * calls: every stream sends its share, the server answers a byte once the
+ * share has arrived, and no stream starts the next round before every
+ * stream's share of this one arrived; so a round ends with its slowest
+ * stream, as a call ends with its slowest channel. --deal C does the same
+ * rounds, but a stream takes the round's next C bytes whenever it is free,
+ * so no stream holds a fixed share (what dealing between channels could
+ * reach).
  *
- *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S]
+ *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]
+ *                    [--span S [--rounds | --deal C]]
  *       loopback: forks its own server on 127.0.0.1
  *   weft-tcp-streams --server [PORT]        (prints the port; runs until killed)
  *   weft-tcp-streams --client HOST:PORT [--streams ...]
@@ -26,6 +35,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +53,8 @@ struct opts {
   int nstreams;
   size_t bytes;
   size_t span; /* 0: --bytes per stream, 4 MiB receive buffers */
+  int rounds;  /* --rounds: the streams move --span in rounds, each ended by all */
+  size_t deal; /* --deal C: in rounds, each stream takes the next C bytes when free */
   double seconds;
   int server;
   int port;
@@ -93,10 +105,11 @@ static void parse_streams(struct opts *o, const char *s) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S]\n"
+          "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S "
+          "[--rounds | --deal C]]\n"
           "       weft-tcp-streams --server [PORT]\n"
           "       weft-tcp-streams --client HOST:PORT [--streams ...] [--bytes ...] "
-          "[--seconds ...] [--span S]\n");
+          "[--seconds ...] [--span S [--rounds | --deal C]]\n");
   exit(2);
 }
 
@@ -112,6 +125,10 @@ static void parse(int argc, char **argv, struct opts *o) {
       o->bytes = parse_size(v), i++;
     } else if (!strcmp(a, "--span") && v) {
       o->span = parse_size(v), i++;
+    } else if (!strcmp(a, "--rounds")) {
+      o->rounds = 1;
+    } else if (!strcmp(a, "--deal") && v) {
+      o->deal = parse_size(v), o->rounds = 1, i++;
     } else if (!strcmp(a, "--seconds") && v) {
       o->seconds = atof(v), i++;
       if (o->seconds <= 0) usage();
@@ -124,17 +141,49 @@ static void parse(int argc, char **argv, struct opts *o) {
       usage();
     }
   }
+  if (o->rounds && o->span == 0) {
+    fprintf(stderr,
+            "weft-tcp-streams: --rounds and --deal need --span S (the bytes of one round)\n");
+    exit(2);
+  }
 }
 
 /* ---- Server ---------------------------------------------------------------- */
 
+/* The top bits of a stream's first 8 bytes: --rounds, --deal. */
+#define ROUNDS_BIT ((uint64_t)1 << 63)
+#define DEAL_BIT ((uint64_t)1 << 62)
+
+/* --deal: chunks behind {offset, size} headers, a size of 0 ending the
+ * stream's round (answered with a byte); each lands at its offset, modulo
+ * the stream's buffer. */
+static uint64_t serve_dealt(int fd, char *buf, size_t len) {
+  uint64_t total = 0, hdr[2];
+  char ack = 0;
+  while (recv(fd, hdr, sizeof(hdr), MSG_WAITALL) == sizeof(hdr)) {
+    if (hdr[1] == 0) {
+      if (send(fd, &ack, 1, MSG_NOSIGNAL) != 1) break;
+      continue;
+    }
+    if (hdr[1] > len) break; /* the client keeps chunks within a stream's share */
+    size_t at = (size_t)(hdr[0] % (len - hdr[1] + 1));
+    if (recv(fd, buf + at, (size_t)hdr[1], MSG_WAITALL) != (ssize_t)hdr[1]) break;
+    total += hdr[1];
+  }
+  return total;
+}
+
 /* Counts one stream's bytes until EOF, then sends the count back. The
  * stream starts with the size of the buffer to receive into (8 bytes; 0:
- * RECV_BUF), touched before the client's clock starts. */
+ * RECV_BUF), touched before the client's clock starts. With ROUNDS_BIT
+ * the client sends that many bytes a round and waits for a byte back
+ * once all have arrived. */
 static void *server_stream(void *arg) {
   int fd = (int)(intptr_t)arg;
   uint64_t want = 0;
   if (recv(fd, &want, sizeof(want), MSG_WAITALL) != sizeof(want)) want = 0;
+  int rounds = (want & ROUNDS_BIT) != 0, dealt = (want & DEAL_BIT) != 0;
+  want &= ~(ROUNDS_BIT | DEAL_BIT);
   size_t len = want > 0 && want < ((uint64_t)1 << 34) ? (size_t)want : RECV_BUF;
   char *buf = malloc(len);
   uint64_t total = 0;
@@ -144,10 +193,17 @@ static void *server_stream(void *arg) {
   }
   memset(buf, 0, len);
   (void)!send(fd, &total, 1, MSG_NOSIGNAL); /* ready */
-  for (;;) {
-    ssize_t n = recv(fd, buf, len, 0);
+  size_t got = 0;                           /* of this round */
+  if (dealt) total = serve_dealt(fd, buf, len);
+  for (; !dealt;) {
+    ssize_t n = recv(fd, buf + got, len - got, 0);
     if (n > 0) {
       total += (uint64_t)n;
+      got = rounds ? got + (size_t)n : 0;
+      if (rounds && got == len) {
+        got = 0;
+        if (send(fd, &got, 1, MSG_NOSIGNAL) != 1) break; /* the round arrived */
+      }
     } else if (n == 0 || errno != EINTR) {
       break;
     }
@@ -207,7 +263,25 @@ static void server_run(int lfd) {
 struct start {
   pthread_barrier_t ready, go;
   double end_s;
+  /* --rounds: every stream's round ends before the next starts */
+  int rounds;
+  pthread_barrier_t round;
+  int stop; /* set between the round's two barriers */
+  /* --deal: the round's bytes (span) dealt from next, deal at a time */
+  size_t deal, span;
+  _Atomic size_t next;
+  const char *src;
 };
+
+/* --rounds: waits for every stream's round; 1 while rounds go on. */
+static int round_end(struct start *st) {
+  if (pthread_barrier_wait(&st->round) == PTHREAD_BARRIER_SERIAL_THREAD) {
+    st->stop = now_s() >= st->end_s;
+    atomic_store(&st->next, 0);
+  }
+  pthread_barrier_wait(&st->round);
+  return !st->stop;
+}
 
 struct stream {
   struct sockaddr_storage addr;
@@ -219,27 +293,59 @@ struct stream {
   int ok;
 };
 
+static int send_all(int fd, const char *p, size_t n, int more) {
+  while (n > 0) {
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return 0;
+    p += k, n -= (size_t)k;
+  }
+  return 1;
+}
+
+/* --deal: the next chunks of the round while any is left, then the end
+ * of the round; 0 when the stream failed. */
+static int send_dealt(int fd, struct start *st) {
+  for (;;) {
+    size_t off = atomic_fetch_add(&st->next, st->deal);
+    if (off >= st->span) break;
+    uint64_t hdr[2] = {off, off + st->deal > st->span ? st->span - off : st->deal};
+    if (!send_all(fd, (const char *)hdr, sizeof(hdr), 1) || !send_all(fd, st->src + off, hdr[1], 0))
+      return 0;
+  }
+  uint64_t end[2] = {0, 0};
+  return send_all(fd, (const char *)end, sizeof(end), 0);
+}
+
 static void *client_stream(void *arg) {
   struct stream *s = arg;
   int fd = socket(s->addr.ss_family, SOCK_STREAM, 0);
   int up = fd >= 0 && connect(fd, (struct sockaddr *)&s->addr, s->addr_len) == 0;
   char ready;
-  up = up && send(fd, &s->recv_buf, sizeof(s->recv_buf), MSG_NOSIGNAL) == sizeof(s->recv_buf) &&
+  uint64_t hello =
+      s->recv_buf | (s->start->rounds ? ROUNDS_BIT : 0) | (s->start->deal ? DEAL_BIT : 0);
+  /* --deal's headers and round ends are small writes: no Nagle delay */
+  int one = 1;
+  if (up && s->start->deal) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  up = up && send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) == sizeof(hello) &&
        recv(fd, &ready, 1, MSG_WAITALL) == 1;
   char *buf = malloc(s->bytes);
   if (buf != NULL) memset(buf, 0x5a, s->bytes);
   pthread_barrier_wait(&s->start->ready);
   pthread_barrier_wait(&s->start->go);
-  if (!up || buf == NULL) goto out;
-  while (now_s() < s->start->end_s) {
-    size_t off = 0;
-    while (off < s->bytes) {
-      ssize_t n = send(fd, buf + off, s->bytes - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) goto out;
-      off += (size_t)n;
+  /* A stream that failed still takes part in the rounds' barriers, so
+   * the others do not wait for it forever. */
+  int failed = !up || buf == NULL;
+  for (;;) {
+    if (!s->start->rounds && (failed || now_s() >= s->start->end_s)) break;
+    if (!failed)
+      failed = s->start->deal ? !send_dealt(fd, s->start) : !send_all(fd, buf, s->bytes, 0);
+    if (s->start->rounds) {
+      if (!failed && recv(fd, &ready, 1, MSG_WAITALL) != 1) failed = 1;
+      if (!round_end(s->start)) break;
     }
   }
+  if (failed) goto out;
   shutdown(fd, SHUT_WR);
   s->ok = recv(fd, &s->received, sizeof(s->received), MSG_WAITALL) == sizeof(s->received);
 out:
@@ -279,9 +385,22 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   struct start st;
   pthread_barrier_init(&st.ready, NULL, (unsigned)k + 1);
   pthread_barrier_init(&st.go, NULL, (unsigned)k + 1);
+  pthread_barrier_init(&st.round, NULL, (unsigned)k);
   /* --span: the point's S bytes dealt to its streams, on both ends */
   size_t share = o->span / (size_t)k;
   if (o->span > 0 && share == 0) share = 1;
+  st.rounds = o->rounds;
+  st.stop = 0;
+  /* --deal: chunks no larger than a stream's share (the server's buffer) */
+  st.span = o->span;
+  st.deal = o->deal > share ? share : o->deal;
+  atomic_store(&st.next, 0);
+  char *src = NULL;
+  if (st.deal > 0) {
+    if ((src = malloc(o->span)) == NULL) die("malloc");
+    memset(src, 0x5a, o->span);
+  }
+  st.src = src;
   for (int i = 0; i < k; i++) {
     s[i] = (struct stream){.addr = *addr,
                            .addr_len = len,
@@ -304,6 +423,8 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   double took = now_s() - start;
   pthread_barrier_destroy(&st.ready);
   pthread_barrier_destroy(&st.go);
+  pthread_barrier_destroy(&st.round);
+  free(src);
   if (!ok) {
     fprintf(stderr, "weft-tcp-streams: a stream failed (server gone?)\n");
     exit(1);
@@ -358,8 +479,13 @@ int main(int argc, char **argv) {
   if (o.span > 0)
     printf(
         "# weft-tcp-streams: %s, the streams of a point send from and receive into %zu "
-        "bytes in all (--span), %.1f s per point\n",
-        o.client ? o.client : "loopback", o.span, o.seconds);
+        "bytes in all (--span)%s, %.1f s per point\n",
+        o.client ? o.client : "loopback", o.span,
+        o.deal     ? ", in rounds whose bytes go in --deal chunks to whichever stream is free"
+        : o.rounds ? ", in rounds: each stream its share, then every share's arrival before "
+                     "the next (--rounds, a broadcast's calls)"
+                   : "",
+        o.seconds);
   else
     printf("# weft-tcp-streams: %s, %zu-byte sends, %.1f s per point\n",
            o.client ? o.client : "loopback", o.bytes, o.seconds);
