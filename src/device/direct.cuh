@@ -180,7 +180,33 @@ __device__ void nway(const char *const *in, int nin, char *const *out, int nout,
     }
     done = nv * V;
   }
-  for (size_t i = done + g; i < len; i += G) {
+  /* Element by element (the rest after the vectors, or every element
+   * where some buffer is not 16-byte aligned: an AllGather's blocks of an
+   * odd count), DIRECT_UNROLL elements in flight per thread. */
+  size_t i = done + g;
+  for (; i + (size_t)(DIRECT_UNROLL - 1) * G < len; i += G * DIRECT_UNROLL) {
+    T acc[DIRECT_UNROLL];
+#pragma unroll
+    for (int u = 0; u < DIRECT_UNROLL; u++) acc[u] = ((const T *)in[0])[i + (size_t)u * G];
+    for (int q = 1; q < nin; q++) {
+      T v[DIRECT_UNROLL];
+#pragma unroll
+      for (int u = 0; u < DIRECT_UNROLL; u++) v[u] = ((const T *)in[q])[i + (size_t)u * G];
+#pragma unroll
+      for (int u = 0; u < DIRECT_UNROLL; u++) acc[u] = elem<T>::apply(OP, acc[u], v[u]);
+    }
+    if constexpr (OP == OP_SUM) {
+      if (div) {
+#pragma unroll
+        for (int u = 0; u < DIRECT_UNROLL; u++) acc[u] = elem<T>::div(acc[u], div);
+      }
+    }
+    for (int o = 0; o < nout; o++) {
+#pragma unroll
+      for (int u = 0; u < DIRECT_UNROLL; u++) ((T *)out[o])[i + (size_t)u * G] = acc[u];
+    }
+  }
+  for (; i < len; i += G) {
     T x = ((const T *)in[0])[i];
     for (int q = 1; q < nin; q++) x = elem<T>::apply(OP, x, ((const T *)in[q])[i]);
     if constexpr (OP == OP_SUM)
