@@ -10,6 +10,13 @@
 /* Vectors of 16 bytes in flight per thread and input (1-byte types: half as
  * many, so their 16 lanes a vector fit the registers). */
 #define DIRECT_UNROLL_MAX 4
+/* A copy's vectors in flight per thread: it holds no second operand, and
+ * 4 left a 2-rank AllGather or Broadcast in place 4-12% slower than 8 on
+ * the H200 (16 spills in the send/recv kernel; docs/PERFORMANCE.md,
+ * "Seventh pass"). */
+#ifndef DIRECT_UNROLL_COPY
+#define DIRECT_UNROLL_COPY 8
+#endif
 
 /* A receive a rank posted for a peer's send (direct_p2p.cu): written by
  * the receiver, read by the sender once seq shows it is this call's. */
@@ -132,7 +139,9 @@ __device__ void nway(const char *const *in, int nin, char *const *out, int nout,
   const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   const size_t G = (size_t)gridDim.x * blockDim.x;
   const int V = 16 / sizeof(T);
-  constexpr int DIRECT_UNROLL = sizeof(T) == 1 && OP != OP_COPY ? 2 : DIRECT_UNROLL_MAX;
+  constexpr int DIRECT_UNROLL = OP == OP_COPY ? DIRECT_UNROLL_COPY
+                                : sizeof(T) == 1 ? 2
+                                                 : DIRECT_UNROLL_MAX;
   uintptr_t mis = 0;
   for (int q = 0; q < nin; q++) mis |= (uintptr_t)in[q];
   for (int o = 0; o < nout; o++) mis |= (uintptr_t)out[o];
