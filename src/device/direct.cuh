@@ -12,8 +12,8 @@
 #define DIRECT_UNROLL_MAX 4
 /* A copy's vectors in flight per thread: it holds no second operand, and
  * 4 left a 2-rank AllGather or Broadcast in place 4-12% slower than 8 on
- * the H200 (16 spills in the send/recv kernel; docs/PERFORMANCE.md,
- * "Seventh pass"). */
+ * the H200; 16 was no faster and made the send/recv kernel spill
+ * (docs/PERFORMANCE.md, "Seventh pass"). */
 #ifndef DIRECT_UNROLL_COPY
 #define DIRECT_UNROLL_COPY 8
 #endif

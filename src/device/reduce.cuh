@@ -221,13 +221,11 @@ __device__ __forceinline__ void span_loop(char *dst, const char *a, const char *
     T vb[U], va[U];
 #pragma unroll
     for (int u = 0; u < U; u++) vb[u] = ldcg_elem(pb + i + (size_t)u * nt);
-    if (OP != OP_COPY) {
 #pragma unroll
-      for (int u = 0; u < U; u++) va[u] = pa[i + (size_t)u * nt];
-    }
+    for (int u = 0; u < U; u++) va[u] = pa[i + (size_t)u * nt];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      T r = OP == OP_COPY ? vb[u] : elem<T>::apply(OP, va[u], vb[u]);
+      T r = elem<T>::apply(OP, va[u], vb[u]);
       d[i + (size_t)u * nt] = DIV ? elem<T>::div(r, div) : r;
     }
   }
