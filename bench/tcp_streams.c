@@ -173,6 +173,27 @@ static uint64_t serve_dealt(int fd, char *buf, size_t len) {
   return total;
 }
 
+/* A stream's bytes into buf, over and over until EOF; with rounds, a
+ * byte back each time buf is full (a round arrived). */
+static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds) {
+  uint64_t total = 0;
+  size_t got = 0; /* of this round */
+  for (;;) {
+    ssize_t n = recv(fd, buf + got, len - got, 0);
+    if (n > 0) {
+      total += (uint64_t)n;
+      got = rounds ? got + (size_t)n : 0;
+      if (rounds && got == len) {
+        got = 0;
+        if (send(fd, &got, 1, MSG_NOSIGNAL) != 1) break;
+      }
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  return total;
+}
+
 /* Counts one stream's bytes until EOF, then sends the count back. The
  * stream starts with the size of the buffer to receive into (8 bytes; 0:
  * RECV_BUF), touched before the client's clock starts. With ROUNDS_BIT
@@ -193,21 +214,7 @@ static void *server_stream(void *arg) {
   }
   memset(buf, 0, len);
   (void)!send(fd, &total, 1, MSG_NOSIGNAL); /* ready */
-  size_t got = 0;                           /* of this round */
-  if (dealt) total = serve_dealt(fd, buf, len);
-  for (; !dealt;) {
-    ssize_t n = recv(fd, buf + got, len - got, 0);
-    if (n > 0) {
-      total += (uint64_t)n;
-      got = rounds ? got + (size_t)n : 0;
-      if (rounds && got == len) {
-        got = 0;
-        if (send(fd, &got, 1, MSG_NOSIGNAL) != 1) break; /* the round arrived */
-      }
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
+  total = dealt ? serve_dealt(fd, buf, len) : serve_plain(fd, buf, len, rounds);
   (void)!send(fd, &total, sizeof(total), MSG_NOSIGNAL);
   close(fd);
   free(buf);
