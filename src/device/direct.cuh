@@ -123,7 +123,7 @@ __device__ inline int direct_wait(const exec_args &x, const uint64_t *w, uint32_
   for (unsigned spins = 0;; spins++) {
     uint64_t v = ld_acquire(w, sys);
     if (v >= e) return 1;
-    if ((spins & 1023) == 0) {
+    if (wait_check_due(spins)) {
       const wait_site s = {dir, peer, -1, WEFT_PROTO_SIMPLE, e};
       if (!wait_check(x, &start, s, v)) return 0;
     }

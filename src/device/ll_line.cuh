@@ -76,10 +76,10 @@ __device__ __forceinline__ void pack_store(char *p, uint64_t v, int nb, int al) 
 __device__ __forceinline__ int ll_wait(const exec_args &x, const wait_site &w, const uint4 *line,
                                        uint32_t flag, uint4 &v) {
   uint64_t start = 0;
-  for (unsigned spins = 1;; spins++) {
+  for (unsigned spins = 0;; spins++) {
     v = ll_load(line);
     if (ll_ready(v, flag)) return 1;
-    if ((spins & 1023) == 0 && !wait_check(x, &start, w, v.y)) return 0;
+    if (wait_check_due(spins) && !wait_check(x, &start, w, v.y)) return 0;
   }
 }
 

@@ -106,7 +106,7 @@ __device__ inline int grid_barrier(const exec_args &x, unsigned *barrier, int *s
       const wait_site w = {WEFT_DEV_WAIT_GROUP, x.conns.rank, -1, WEFT_PROTO_SIMPLE, 0};
       uint64_t start = 0;
       for (unsigned spins = 0; *gen == g; spins++)
-        if ((spins & 1023) == 0 && !wait_check(x, &start, w, g)) {
+        if (wait_check_due(spins) && !wait_check(x, &start, w, g)) {
           stop_set(stop);
           break;
         }

@@ -151,10 +151,19 @@ __device__ inline void wait_report(const exec_args &x, const wait_site &w, uint6
   error_word_set(x, WEFT_DEV_ERR_TIMEOUT, w.peer);
 }
 
-/* Called now and then by a spinning thread: 0 once the run must stop (an
- * error word set by anyone, an abort, or this wait past conns.timeout_ns,
- * which it reports with what it last saw). *start is 0 before the first
- * call. */
+/* Whether a wait's spin number `spins` (0 first) also calls wait_check:
+ * every 1024th, and not the first. wait_check reads the error and abort
+ * words, which live in mapped host memory, and the clock. Called on every
+ * wait's first unready spin (every CTA's thread 0 waits for the peers at
+ * a direct kernel's start), it made a 2-rank in-place AllGather of 16 MiB
+ * on one H200 take 115 us instead of 15, the more CTAs the slower
+ * (docs/CUDA.md, "Waits and the host words"). */
+__device__ __forceinline__ bool wait_check_due(unsigned spins) { return (spins & 1023) == 1023; }
+
+/* Called now and then by a spinning thread (wait_check_due): 0 once the
+ * run must stop (an error word set by anyone, an abort, or this wait past
+ * conns.timeout_ns, which it reports with what it last saw). *start is 0
+ * before the first call. */
 __device__ inline int wait_check(const exec_args &x, uint64_t *start, const wait_site &w,
                                  uint64_t seen) {
   if (*(volatile uint64_t *)x.conns.error != 0) return 0;
@@ -180,7 +189,7 @@ __device__ int wait_for(const exec_args &x, const uint64_t *p, uint32_t sys, Rea
     uint64_t v = ld_acquire(p, sys);
     *seen = v;
     if (ready(v)) return 1;
-    if ((spins & 1023) == 0 && !wait_check(x, &start, w, v)) return 0;
+    if (wait_check_due(spins) && !wait_check(x, &start, w, v)) return 0;
   }
 }
 
