@@ -26,7 +26,7 @@
   } while (0)
 
 #define MAXR 8
-#define MAXCH 8
+#define MAXCH 32
 #define MAXBUF 64
 
 struct msg {
@@ -740,6 +740,43 @@ START_TEST(steps_aligned) {
 }
 END_TEST
 
+/* Many channels over small lanes, the chunk a channel's share (what
+ * NCCL_MIN_NCHANNELS=16 gives a call of 24-256 KiB, and what the CUDA
+ * engine's middle sizes gain from: docs/PERFORMANCE.md, "Ninth pass"):
+ * every ring collective, and the tree's AllReduce on a quarter of the
+ * lanes, land right at 16 channels with lanes from 1.5 KiB, and with
+ * counts that do not split evenly. */
+START_TEST(many_channels) {
+  const size_t counts[] = {32768, 6151, (size_t)32768 * 2 + 5};
+  const int ns[] = {2, 3, 8};
+  int ring[MAXR];
+  unsigned seed = 7;
+  for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+    int n = ns[ni];
+    make_ring(n, 1, ring);
+    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+      for (size_t f = 0; f < sizeof(ring_funcs) / sizeof(ring_funcs[0]); f++)
+        for (int tree = 0; tree < 2; tree++) {
+          if (tree && ring_funcs[f] != WEFT_FUNC_ALLREDUCE) continue;
+          int nch = tree ? 4 : 16;
+          struct coll_case c = {.func = ring_funcs[f],
+                                .tree = tree,
+                                .n = n,
+                                .ring = ring,
+                                .nch = nch,
+                                .chunk_bytes = (counts[k] * 4 + (size_t)nch - 1) / (size_t)nch,
+                                .count = counts[k],
+                                .es = 4,
+                                .inplace = (int)(k & 1),
+                                .avg = is_reduction(ring_funcs[f]),
+                                .root = n - 1,
+                                .seed = seed++};
+          coll_run(&c);
+        }
+  }
+}
+END_TEST
+
 START_TEST(edges) {
   int ring[2] = {0, 1};
   struct weft_plan p;
@@ -794,6 +831,7 @@ static Suite *schedule_suite(void) {
   tcase_add_test(tc, edges);
   tcase_add_test(tc, split_grains);
   tcase_add_test(tc, steps_aligned);
+  tcase_add_test(tc, many_channels);
   tcase_add_test(tc, tree_shape);
   tcase_add_loop_test(tc, ring_collectives, 1, MAXR + 1);
   tcase_add_loop_test(tc, tree_allreduce, 1, MAXR + 1);
