@@ -51,7 +51,8 @@ START_TEST(host_runs_simple) {
    * both engines choose among the same algorithms. */
   setenv("NCCL_ALGO", "Ring,Tree", 1);
   /* Same channel ceiling and chunk for both (their defaults differ:
-   * channels_default, chunk_default). */
+   * channels_default, chunk_default; from 2 MiB both engines fill 2
+   * channels). */
   setenv("NCCL_MAX_NCHANNELS", "2", 1);
   setenv("WEFT_CHUNK_SIZE", "524288", 1);
   const size_t sizes[] = {0, 4, 4096, 65536, 1u << 20, 64u << 20};
@@ -61,6 +62,7 @@ START_TEST(host_runs_simple) {
       struct weft_tuning d = tune(4, 0, (enum weft_func)f, sizes[i]);
       ck_assert_int_eq(h.proto, WEFT_PROTO_SIMPLE);
       ck_assert_int_eq(h.algo, d.algo);
+      if (sizes[i] < (2u << 20)) continue;
       ck_assert_int_eq(h.nchannels, d.nchannels);
       ck_assert_uint_eq(h.chunk_bytes, d.chunk_bytes);
     }
@@ -145,25 +147,46 @@ START_TEST(own_buffers_processes) {
   ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, 1, &t), ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   /* Where the direct kernel measured slower on windows, the ring: a
-   * Broadcast between LL lines and 512 KiB, a 2-rank ReduceScatter of
-   * 6-24 MiB a rank. */
+   * Broadcast between LL lines and 8 MiB, a 2-rank ReduceScatter above
+   * LL lines and below 2 MiB a rank. */
   ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_BROADCAST, 8, 4, 1, &t), ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_BROADCAST, 65536, 4, 1, &t), ncclSuccess);
   ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
-  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_BROADCAST, 512u << 10, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_BROADCAST, 4u << 20, 4, 1, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_BROADCAST, 8u << 20, 4, 1, &t), ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
-  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 8u << 20, 4, 1, &t),
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 1u << 20, 4, 1, &t),
                    ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT); /* 4 ranks */
   c.nranks = 2;
-  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 8u << 20, 4, 1, &t),
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 1u << 20, 4, 1, &t),
                    ncclSuccess);
   ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
-  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 32u << 20, 4, 1, &t),
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 2u << 20, 4, 1, &t),
                    ncclSuccess);
   ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_REDUCESCATTER, 16u << 20, 4, 1, &t),
+                   ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  /* 2 ranks: an AllGather below 1 MiB a rank, an AllReduce of 128 KiB to
+   * 2 MiB; with 4 ranks both run directly. */
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLGATHER, 512u << 10, 4, 1, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLGATHER, 1u << 20, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLREDUCE, 64u << 10, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, 1, &t), ncclSuccess);
+  ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLREDUCE, 2u << 20, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   c.nranks = 4;
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLGATHER, 512u << 10, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(weft_tune_mapped(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, 1, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
   /* No LL scratch (WEFT_DIRECT_LL_MAX=0): no call runs directly. */
   c.cuda_direct_ll_bytes = 0;
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 8, 4, &t), ncclSuccess);
@@ -266,15 +289,24 @@ START_TEST(p2p_both_sides) {
 END_TEST
 
 /* Without NCCL_MAX_NCHANNELS host ranks use up to 2 channels and the CUDA
- * engine up to 16, growing with the message. */
+ * engine up to 16, growing with the message: one a MiB on host ranks and
+ * net links, one per 8 KiB on the CUDA engine's links inside a host. */
 START_TEST(channels_default) {
   setenv("NCCL_ALGO", "Ring", 1);
   ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 2);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 1u << 20).nchannels, 1);
   ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64u << 20).nchannels, 16);
-  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 3u << 20).nchannels, 3);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 1u << 20).nchannels, 16);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 24u << 10).nchannels, 3);
   ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 4096).nchannels, 1);
   ck_assert_int_eq(weft_tune_max_channels(0), 2);
   ck_assert_int_eq(weft_tune_max_channels(1), 16);
+  /* GPU ranks with net links: a MiB a channel, as the sockets want. */
+  struct ncclComm c = fake_comm(4, 0);
+  c.cuda_net_links = 1;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 3u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 3);
 }
 END_TEST
 
@@ -361,7 +393,9 @@ START_TEST(chunk_default) {
   setenv("NCCL_ALGO", "Ring", 1);
   ck_assert_uint_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 256u << 20).chunk_bytes, 512u << 10);
   ck_assert_uint_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 256u << 20).chunk_bytes, 4u << 20);
-  ck_assert_uint_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 1u << 20).chunk_bytes, 1u << 20);
+  /* 1 MiB on 16 channels: a channel's share. */
+  ck_assert_uint_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 1u << 20).chunk_bytes, 64u << 10);
+  ck_assert_uint_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 1u << 20).chunk_bytes, 512u << 10);
 }
 END_TEST
 

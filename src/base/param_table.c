@@ -66,8 +66,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("NCCL_MAX_NCHANNELS", 2, 1, 32,
                 "(host ranks: where sockets carry a link, 16 when every host has 8 cores per "
                 "local rank, 8 with 4, else 2; 16 on the CUDA engine)",
-                "most channels a collective uses (one per MiB of "
-                "message, within the bounds)"),
+                "most channels a collective uses (one per MiB of message on host ranks and "
+                "net links, one per 8 KiB on the CUDA engine inside a host, within the "
+                "bounds)"),
     [WEFT_PARAM_CUDA_ENGINE] =
         BOOL_ROW("WEFT_CUDA_ENGINE", 1,
                  "0: never run CUDA kernels; device buffers are staged through host memory"),

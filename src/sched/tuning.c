@@ -39,8 +39,16 @@
 /* Same runs, 512 KiB chunks: 97 GB/s with 8 channels, 156 with 16, 152
  * with 32; 4 MiB chunks: 212 with 16, 209 with 24, 212 with 32. */
 #define CUDA_DEFAULT_CHANNELS 16
-/* Bytes per channel below which another channel does not pay off. */
+/* Bytes per channel below which another channel does not pay off: host
+ * ranks and net links. */
 #define BYTES_PER_CHANNEL (1024 * 1024)
+/* The CUDA engine's links inside a host: another CTA pays from 8 KiB of
+ * message. 2 processes on one H200 (MPS, the ring on IPC FIFOs), AllReduce
+ * with channels forced by NCCL_MIN_NCHANNELS: 1 MiB 62.6 us on 1 channel,
+ * 22.2 on 4, 18.0 on 8, 13.6 on 16; 64 KiB 14.2, 12.1, 10.9, 11.2;
+ * AllGather fastest on 16 at every size from 64 KiB
+ * (docs/PERFORMANCE.md, "Ninth pass"; the default since the tenth). */
+#define CUDA_BYTES_PER_CHANNEL (8 * 1024)
 
 /* Direct sends n-1 copies of the input: worth it only while latency rules;
  * a placeholder row is trusted up to this size (a fitted one everywhere). */
@@ -231,7 +239,8 @@ static int pick_nchannels(const struct ncclComm *comm, int kernels, size_t total
   if (hi < 1) hi = 1;
   if (lo < 1) lo = 1;
   if (lo > hi) lo = hi;
-  int64_t n = (int64_t)(total_bytes / BYTES_PER_CHANNEL);
+  const size_t per = kernels && !comm->cuda_net_links ? CUDA_BYTES_PER_CHANNEL : BYTES_PER_CHANNEL;
+  int64_t n = (int64_t)(total_bytes / per);
   return (int)(n < lo ? lo : n > hi ? hi : n);
 }
 
@@ -250,21 +259,28 @@ static size_t pick_chunk(size_t total_bytes, int nchannels, size_t elem_size, in
 
 /* Sizes where a call on windows across processes (comm->cuda_direct 3)
  * keeps the ring because the direct kernel measured slower there (one
- * H200, MPS, weft-bench -f 2; docs/PERFORMANCE.md, "Windows across
- * processes"): bytes a rank in [lo, hi), nranks 0 for any. A Broadcast's
- * root hands its data on and returns on the ring, where the direct root
- * waits for every reader (64 KiB: 10.9 us against the ring's 8.0 with 2
- * processes, 17.7 against 11.6 with 4; 512 KiB: 16.5 against 29.9); a
- * 2-rank ReduceScatter of 8-16 MiB a rank took 87-165 us against the
- * ring's 73-112 (4 MiB and 32 MiB: even). NCCL_ALGO naming Direct runs
- * them directly anyway. */
+ * H200, MPS, weft-bench -f 2 -R 2; docs/PERFORMANCE.md, "Tenth pass"):
+ * bytes a rank in [lo, hi), nranks 0 for any. A Broadcast's root hands
+ * its data on and returns on the ring, where the direct root waits for
+ * every reader: 2 processes, 1 MiB 8.4 us against 14.7, 4 MiB even
+ * (17.9 against 17.1); 4 processes, 1 MiB 11.8 against 22.8, 4 MiB 25.1
+ * against 29.2, 8 MiB 49.9 against 32.7. A 2-rank ReduceScatter of 512
+ * KiB-1 MiB a rank: 9.3-10.8 us against 13.1-14.2; 2 MiB even; from 4
+ * MiB the direct kernel is ahead (16.7 against 24.5, 16 MiB 34.4 against
+ * 83.5). With 2 processes the ring is ahead for an AllGather of 128-512
+ * KiB a rank (8.6-10.2 us against 13.6-14.0; 2 MiB: 20.0 against 16.5)
+ * and an AllReduce of 256 KiB-1 MiB (13.7 against 16.7 at 1 MiB; 4 MiB:
+ * 27.3 against 19.6); with 4 the direct kernel is even or ahead at every
+ * size. NCCL_ALGO naming Direct runs them directly anyway. */
 static const struct {
   enum weft_func func;
   int nranks;
   double lo, hi;
 } window_ring[] = {
-    {WEFT_FUNC_BROADCAST, 0, 0, 512.0 * 1024},
-    {WEFT_FUNC_REDUCESCATTER, 2, 6.0 * 1024 * 1024, 24.0 * 1024 * 1024},
+    {WEFT_FUNC_BROADCAST, 0, 0, 8.0 * 1024 * 1024},
+    {WEFT_FUNC_REDUCESCATTER, 2, 0, 2.0 * 1024 * 1024},
+    {WEFT_FUNC_ALLGATHER, 2, 0, 1024.0 * 1024},
+    {WEFT_FUNC_ALLREDUCE, 2, 128.0 * 1024, 2.0 * 1024 * 1024},
 };
 
 static int window_keeps_ring(const struct ncclComm *comm, enum weft_func func, double bytes) {

@@ -50,27 +50,37 @@ static const struct weft_tune_fit fits[] = {
      * protocol to choose (its small calls run in LL lines by size,
      * WEFT_DIRECT_LL_MAX), and forced LL only cut its sweep at 16 MiB. */
     /* clang-format off */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 6.83225, 153772, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.66 us + B / 153.8 GB/s, 15 sizes, rms 23.5% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 7.06622, 16429.6, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 14.13 us + B / 16.43 GB/s, 11 sizes, rms 25.2% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 6.79901, 261265, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.6 us + B / 130.6 GB/s, 15 sizes, rms 19.5% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 2, 6.72017, 32048.7, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 13.44 us + B / 16.02 GB/s, 11 sizes, rms 21.4% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 7.59851, 717914, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 7.599 us + B / 717.9 GB/s, 15 sizes, rms 36.5% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 4.97415, 84882.6, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 69.64 us + B / 48.5 GB/s, 15 sizes, rms 19.3% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 8, 5.30115, 30219.3, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 74.22 us + B / 17.27 GB/s, 11 sizes, rms 26.1% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 7.74448, 54753, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 46.47 us + B / 27.38 GB/s, 15 sizes, rms 27.3% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 8, 8.34643, 3177.5, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 50.08 us + B / 1.589 GB/s, 11 sizes, rms 9.8% */
-    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 18.3009, 1.48583e+06, 1,
-     "one H200 2026-12-02: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 50 -w 10 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 18.3 us + B / 212.3 GB/s, 15 sizes, rms 21.0% */
-/* clang-format on */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 4.97364, 249976, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 9.947 us + B / 250 GB/s, 15 sizes, rms 2.9% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 5.7852, 79200.2, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 11.57 us + B / 79.2 GB/s, 11 sizes, rms 6.6% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 5.14117, 631824, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 10.28 us + B / 315.9 GB/s, 15 sizes, rms 6.6% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 2, 5.55926, 176759, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 11.12 us + B / 88.38 GB/s, 11 sizes, rms 6.2% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 8.80255, 953943, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 2 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 8.803 us + B / 953.9 GB/s, 15 sizes, rms 14.7% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 4, 4.22537, 207192, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 4 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 25.35 us + B / 138.1 GB/s, 15 sizes, rms 4.8% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 4, 4.94599, 76936.8, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 4 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 29.68 us + B / 51.29 GB/s, 11 sizes, rms 3.9% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 4, 5.63022, 165877, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 4 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 22.52 us + B / 82.94 GB/s, 15 sizes, rms 13.4% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 4, 6.21302, 28227.7, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 4 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 24.85 us + B / 14.11 GB/s, 11 sizes, rms 15.0% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 4, 11.6665, 1.39739e+06, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 4 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 11.67 us + B / 465.8 GB/s, 15 sizes, rms 19.9% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 3.79509, 122246, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 53.13 us + B / 69.85 GB/s, 15 sizes, rms 12.6% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 8, 4.31969, 59526, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 60.48 us + B / 34.01 GB/s, 11 sizes, rms 9.4% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 6.45471, 73440.7, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 38.73 us + B / 36.72 GB/s, 15 sizes, rms 23.0% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 8, 6.84798, 7615.48, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 41.09 us + B / 3.808 GB/s, 11 sizes, rms 15.3% */
+    {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 18.5917, 1.61328e+06, 1,
+     "one H200 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 18.59 us + B / 230.5 GB/s, 15 sizes, rms 16.7% */
+    /* clang-format on */
 
     /* Placeholders (the first row of a kind wins a tie). */
     {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 0, 6.0,
