@@ -613,8 +613,9 @@ START_TEST(path_types) {
 END_TEST
 
 /* NCCL_DEBUG_SUBSYS=TUNING: the line names the path, the choice and the
- * estimate (shm's placeholder on 4 ranks: 6 x 3 us + 1.5 x 4096 / 5000),
- * and whether its row is fitted. */
+ * estimate, and whether its row is fitted: host ranks on shm read the
+ * fitted 4-rank row (6 x 0.594 us + 1.5 x 4096 / 8446), the CUDA engine
+ * between GPUs (nvlink here) a placeholder (6 x 3 us + 1.5 x 4096 / 5000). */
 START_TEST(tuning_line) {
   char path[64];
   snprintf(path, sizeof(path), "/tmp/weft-test-tuning.%d", (int)getpid());
@@ -623,6 +624,7 @@ START_TEST(tuning_line) {
   setenv("NCCL_DEBUG_FILE", path, 1);
   setenv("NCCL_ALGO", "Ring", 1);
   tune(4, 1, WEFT_FUNC_ALLREDUCE, 4096);
+  tune(4, 0, WEFT_FUNC_ALLREDUCE, 4096);
   FILE *f = fopen(path, "r");
   ck_assert_ptr_nonnull(f);
   char line[512], all[4096] = "";
@@ -630,9 +632,13 @@ START_TEST(tuning_line) {
     strcat(all, line);
   fclose(f);
   unlink(path);
+  ck_assert_msg(strstr(all,
+                       "AllReduce 4096 bytes nranks 4 path shm: Ring, Simple, 1 channel, "
+                       "chunk 4096 (est 4.3 us, fitted)") != NULL,
+                "%s", all);
   ck_assert_msg(
-      strstr(all, "AllReduce 4096 bytes nranks 4 path shm: Ring, Simple, 1 channel") != NULL, "%s",
-      all);
+      strstr(all, "AllReduce 4096 bytes nranks 4 path nvlink: Ring, Simple, 1 channel") != NULL,
+      "%s", all);
   ck_assert_msg(strstr(all, "(est 19.2 us, placeholder)") != NULL, "%s", all);
 }
 END_TEST

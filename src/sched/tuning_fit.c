@@ -80,6 +80,40 @@ static const struct weft_tune_fit fits[] = {
      "one H200 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 41.09 us + B / 3.808 GB/s, 11 sizes, rms 15.3% */
     {WEFT_TUNE_SAME_GPU, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 18.5917, 1.61328e+06, 1,
      "one H200 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 8 -b 8 -e 4G -f 4 -n 30 -w 5 -c 0 -T 60 --passes 3 (LL runs: -e 16M)"}, /* 18.59 us + B / 230.5 GB/s, 15 sizes, rms 16.7% */
+    /* Host ranks over shared memory and sockets (2 and 4 processes), GPU
+     * ranks on simulated hosts over net links (2 processes under MPS),
+     * AllReduce, on the H200 machine's 16 cores (docs/PERFORMANCE.md,
+     * "Tenth pass"). Host ranks and net links run Simple only. */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 0.900232, 9989.29, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 1.8 us + B / 9.989 GB/s, 13 sizes, rms 15.4% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 0.95223, 19810.3, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 1.904 us + B / 9.905 GB/s, 13 sizes, rms 16.8% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 1.08756, 7936.76, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 1.088 us + B / 7.937 GB/s, 13 sizes, rms 19.8% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 4, 0.594289, 8445.96, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 3.566 us + B / 5.631 GB/s, 13 sizes, rms 16.7% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 4, 0.778377, 8736.41, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 3.114 us + B / 4.368 GB/s, 13 sizes, rms 22.7% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 4, 1.52613, 6153.24, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 1.526 us + B / 2.051 GB/s, 13 sizes, rms 16.0% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 7.09711, 19885.6, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 14.19 us + B / 19.89 GB/s, 13 sizes, rms 29.9% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 7.67226, 27966.5, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 15.34 us + B / 13.98 GB/s, 13 sizes, rms 31.3% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 7.2716, 4862.16, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 7.272 us + B / 4.862 GB/s, 13 sizes, rms 24.7% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 4, 6.77717, 10059.2, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 40.66 us + B / 6.706 GB/s, 13 sizes, rms 25.2% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 4, 9.36073, 12122.6, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 37.44 us + B / 6.061 GB/s, 13 sizes, rms 32.8% */
+    {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 4, 21.8937, 5283.45, 1,
+     "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 21.89 us + B / 1.761 GB/s, 13 sizes, rms 17.2% */
+    {WEFT_TUNE_NET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 23.0388, 13151.2, 1,
+     "the H200 machine (16 cores) 2026-12-04: WEFT_BENCH_HOSTS=1 (MPS) NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 46.08 us + B / 13.15 GB/s, 13 sizes, rms 28.2% */
+    {WEFT_TUNE_NET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 24.1815, 27327.6, 1,
+     "the H200 machine (16 cores) 2026-12-04: WEFT_BENCH_HOSTS=1 (MPS) NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 48.36 us + B / 13.66 GB/s, 13 sizes, rms 26.0% */
+    {WEFT_TUNE_NET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 31.2175, 6487.82, 1,
+     "the H200 machine (16 cores) 2026-12-04: WEFT_BENCH_HOSTS=1 (MPS) NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 31.22 us + B / 6.488 GB/s, 13 sizes, rms 28.0% */
     /* clang-format on */
 
     /* Placeholders (the first row of a kind wins a tie). */
