@@ -44,7 +44,9 @@ static int count_fds(void) {
 
 /* weft's shared-memory segments (/dev/shm/weft-*): they outlive processes,
  * so every one must be unlinked, also when a rank dies. A segment's name
- * ends with its creator's pid; pid 0 counts every creator's. */
+ * ends with its creator's pid; SHM_DEAD counts those whose creator has
+ * exited. */
+#define SHM_DEAD ((pid_t)-1)
 static int count_weft_shm_of(pid_t pid) {
   DIR *d = opendir("/dev/shm");
   if (d == NULL) return 0;
@@ -53,7 +55,11 @@ static int count_weft_shm_of(pid_t pid) {
   while ((e = readdir(d)) != NULL) {
     if (strncmp(e->d_name, "weft-", 5) != 0) continue;
     const char *dash = strrchr(e->d_name, '-');
-    n += pid == 0 || (dash != NULL && atol(dash + 1) == (long)pid);
+    long creator = dash != NULL ? atol(dash + 1) : 0;
+    if (pid == SHM_DEAD)
+      n += creator > 0 && kill((pid_t)creator, 0) != 0 && errno == ESRCH;
+    else
+      n += creator == (long)pid;
   }
   closedir(d);
   return n;
@@ -62,28 +68,13 @@ static int count_weft_shm_of(pid_t pid) {
 /* Segments left by processes that have exited: a leak. Another weft job
  * running beside this test (meson runs tests in parallel) has segments
  * too, but their creators are alive while they are in use, and a job that
- * is ending unlinks its own within moments; so the count is retried for up
- * to 3 s before it is believed. */
-static int dead_creators_shm_once(void) {
-  DIR *d = opendir("/dev/shm");
-  if (d == NULL) return 0;
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, "weft-", 5) != 0) continue;
-    const char *dash = strrchr(e->d_name, '-');
-    long pid = dash != NULL ? atol(dash + 1) : 0;
-    n += pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-  }
-  closedir(d);
-  return n;
-}
-
+ * is ending unlinks its own within moments; so a count above `before` is
+ * retried for up to 3 s before it is believed. */
 static int dead_creators_shm(int before) {
-  int n = dead_creators_shm_once();
+  int n = count_weft_shm_of(SHM_DEAD);
   for (int i = 0; i < 30 && n > before; i++) {
     usleep(100 * 1000);
-    n = dead_creators_shm_once();
+    n = count_weft_shm_of(SHM_DEAD);
   }
   return n;
 }
@@ -358,7 +349,7 @@ static int peer_dies_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
 
 START_TEST(test_peer_dies) {
   setenv("WEFT_TIMEOUT", "3", 1);
-  int shm0 = dead_creators_shm_once();
+  int shm0 = count_weft_shm_of(SHM_DEAD);
   char why[4096];
   int rc = harness_procs(3, 40, peer_dies_rank, NULL, why, sizeof why);
   ck_assert_msg(rc == 0, "%s", why);
