@@ -28,6 +28,7 @@
 #include "base/check.h"
 #include "base/cpus.h"
 #include "core/comm.h"
+#include "core/connect.h"
 #include "base/debug.h"
 #include "core/failure.h"
 #include "base/param.h"
@@ -326,6 +327,11 @@ void weft_host_engine_destroy(struct ncclComm *comm) {
     ncclResult_t usage = ncclSuccess;
     host_task_take(h, task, h->error != ncclSuccess ? h->error : ncclInternalError, &usage);
   }
+  /* A call that failed can leave a receive posted into the worker's pieces
+   * (or a staged buffer, freed after this) that a link's helper thread is
+   * still landing: the links close, and their threads stop, before those
+   * buffers are freed. */
+  weft_comm_disconnect(comm);
   weft__host_worker_free(&h->w);
   weft_host_copy_pool_stop(&h->copy); /* every run has ended: no copy is posted */
   weft_host_team_stop(&h->team);
