@@ -36,6 +36,12 @@ static _Thread_local int log_rank = -1;
 
 static pthread_mutex_t last_error_lock = PTHREAD_MUTEX_INITIALIZER;
 static char last_error[1024];
+/* Under last_error_lock: last_error is a communicator's failure as its
+ * call returned it (weft_pin_last_error); a helper thread's WARN, which
+ * follows from that failure, does not replace it. */
+static int last_error_pinned;
+/* This thread is a helper (weft_log_set_helper). */
+static _Thread_local int log_helper;
 
 /* NCCL_DEBUG_SUBSYS's names are the table's, in the order of the
  * enum weft_subsys bits; the names after RAS (NCCL's ALLOC_HOST and
@@ -180,7 +186,10 @@ void weft_log(enum weft_log_level level, unsigned long subsys, const char *file,
   va_end(ap);
   if (level == WEFT_LOG_WARN) {
     pthread_mutex_lock(&last_error_lock);
-    snprintf(last_error, sizeof(last_error), "%s", msg);
+    if (!(log_helper && last_error_pinned)) {
+      snprintf(last_error, sizeof(last_error), "%s", msg);
+      last_error_pinned = 0;
+    }
     pthread_mutex_unlock(&last_error_lock);
   }
   if (weft_log_level_now < (int)level || !(weft_log_mask_now & subsys)) return;
@@ -204,13 +213,29 @@ void weft_log_version(void) {
 #endif
 }
 
+static void set_last_error(int pin, const char *fmt, va_list ap) {
+  pthread_mutex_lock(&last_error_lock);
+  vsnprintf(last_error, sizeof(last_error), fmt, ap);
+  last_error_pinned = pin;
+  pthread_mutex_unlock(&last_error_lock);
+}
+
 void weft_set_last_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  pthread_mutex_lock(&last_error_lock);
-  vsnprintf(last_error, sizeof(last_error), fmt, ap);
-  pthread_mutex_unlock(&last_error_lock);
+  set_last_error(0, fmt, ap);
   va_end(ap);
+}
+
+void weft_pin_last_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  set_last_error(1, fmt, ap);
+  va_end(ap);
+}
+
+void weft_log_set_helper(void) {
+  log_helper = 1;
 }
 
 const char *weft_last_error(void) {

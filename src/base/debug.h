@@ -69,6 +69,17 @@ void weft_log_set_rank(int rank);
 
 /* Records msg as the last error without printing (WARN records too). */
 void weft_set_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Records a communicator's failure, as a call returns it, as the last
+ * error, pinned: WARNs from helper threads (weft_log_set_helper) leave it
+ * in place until a WARN from another thread or weft_set_last_error
+ * replaces it. A helper's WARN after a failure (a socket thread that finds
+ * the dead peer's connection closed) follows from it, and would otherwise
+ * hide the failure's cause from ncclGetLastError. */
+void weft_pin_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Marks this thread a helper: a thread that moves bytes or watches for
+ * events for the threads that run calls (socket helpers, lane and copy
+ * threads, the failure watcher, the IB event thread). */
+void weft_log_set_helper(void);
 const char *weft_last_error(void);
 
 /* WARNs "<function> is not supported by weft yet" and records it. */

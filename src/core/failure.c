@@ -365,9 +365,10 @@ ncclResult_t weft_failure_result(const struct ncclComm *comm, ncclResult_t res) 
   if (!atomic_exchange(&comm->failure->warned, 1))
     WARN("rank %d: communicator %llx failed: %s", comm->rank, (unsigned long long)comm->comm_hash,
          what);
-  else
-    weft_set_last_error("rank %d: communicator %llx failed: %s", comm->rank,
-                        (unsigned long long)comm->comm_hash, what);
+  /* What the call returns with stays the last error while helper threads
+   * WARN of what follows from it (debug.h). */
+  weft_pin_last_error("rank %d: communicator %llx failed: %s", comm->rank,
+                      (unsigned long long)comm->comm_hash, what);
   return (ncclResult_t)fail_code(comm->failure, &comm->failure->rec);
 }
 
@@ -381,6 +382,7 @@ void weft_failure_keep_bootstrap(struct ncclComm *comm) {
 static void *fail_watch_main(void *arg) {
   struct weft_failure_state *st = arg;
   weft_log_set_rank(st->comm->rank);
+  weft_log_set_helper();
   for (;;) {
     struct pollfd p[2] = {{.fd = st->fd, .events = POLLIN}, {.fd = st->wake_fd, .events = POLLIN}};
     if (poll(p, 2, -1) < 0 && errno != EINTR) {

@@ -70,6 +70,7 @@ static void pool_copy(struct weft_host_copy_pool *p, struct weft_host_copy *c, s
 static void *pool_main(void *arg) {
   struct weft_host_copy_pool *p = arg;
   weft_log_set_rank(p->rank);
+  weft_log_set_helper();
   pthread_mutex_lock(&p->lock);
   while (!p->stop) {
     size_t off, n;

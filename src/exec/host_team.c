@@ -53,6 +53,7 @@ static void *team_main(void *arg) {
   uint64_t seen = ((struct team_thread *)arg)->seen;
   free(arg);
   weft_log_set_rank(t->rank);
+  weft_log_set_helper();
   pthread_mutex_lock(&t->lock);
   for (;;) {
     while (!t->stop && t->job == seen) pthread_cond_wait(&t->work_cv, &t->lock);

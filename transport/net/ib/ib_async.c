@@ -80,6 +80,7 @@ static void handle_event(struct weft_ib_port *p, const struct ibv_async_event *e
 
 static void *async_main(void *arg) {
   struct weft_ib_port *p = arg;
+  weft_log_set_helper();
   for (;;) {
     struct ibv_async_event e;
     if (weft__ib_v.get_async_event(p->ctx, &e) != 0) {

@@ -225,6 +225,7 @@ static void *thread_main(void *arg) {
   struct weft_ns_thread *th = arg;
   struct weft_ns_comm *c = th->comm;
   struct pollfd p[WEFT_NS_MAX_SOCKS + 1];
+  weft_log_set_helper();
   while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
     int np = 0, busy = 0, parked = 0;
     p[np++] = (struct pollfd){.fd = th->wake_fd, .events = POLLIN};
