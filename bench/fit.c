@@ -57,7 +57,7 @@ int fit_line_solve(const double *x, const double *t, int n, double min_x, double
 
 int fit_config_name(const char *name, struct fit_config *c) {
   static const char *const algos[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
-  static const char *const protos[WEFT_PROTO_COUNT] = {"Simple", "LL"};
+  static const char *const protos[WEFT_PROTO_COUNT] = {"Simple", "LL", "LL128"};
   memset(c, 0, sizeof(*c));
   if (strcasecmp(name, "default") == 0) {
     c->is_default = 1;

@@ -92,8 +92,8 @@ rc=$?
 if [ $rc != 2 ] || ! printf '%s\n' "$err" | grep -q 'on 4 ranks, but the first file has allreduce on 2'; then
   fail "mixed ranks: exit $rc: $err"
 fi
-err=$("$fit" Ring/LL128="$dir/ring.json" 2>&1)
-[ $? = 2 ] || fail "LL128 accepted: $err"
+err=$("$fit" Ring/LL256="$dir/ring.json" 2>&1)
+[ $? = 2 ] || fail "LL256 accepted: $err"
 
 "$fit" --help 2>/dev/null || fail "--help: exit $?"
 "$fit" --min-bytes 1q Ring/Simple="$dir/ring.json" 2>/dev/null

@@ -129,9 +129,12 @@ static void bad_input(void) {
   EXPECT(fit_config_name("ring/ll", &c) == 0 && c.algo == WEFT_ALGO_RING &&
              c.proto == WEFT_PROTO_LL && strcmp(c.name, "Ring/LL") == 0,
          "%s", c.name);
+  EXPECT(fit_config_name("tree/LL128", &c) == 0 && c.algo == WEFT_ALGO_TREE &&
+             c.proto == WEFT_PROTO_LL128 && strcmp(c.name, "Tree/LL128") == 0,
+         "%s", c.name);
   EXPECT(fit_config_name("default", &c) == 0 && c.is_default, "default");
   EXPECT(fit_config_name("Ring", &c) != 0 && fit_config_name("NVLS/Simple", &c) != 0 &&
-             fit_config_name("Ring/LL128", &c) != 0,
+             fit_config_name("Ring/LL256", &c) != 0,
          "accepted");
 }
 

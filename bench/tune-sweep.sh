@@ -10,7 +10,7 @@
 #                      [--protos LIST] [--ll-max SIZE] [--path NAME]
 #                      [--machine NAME] [--check] -- COLLECTIVE [weft-bench flags...]
 #   --algos   default "Ring Tree Direct" for allreduce, "Ring" otherwise
-#   --protos  default "Simple LL", "Simple" with --cpu or WEFT_DEVICE=cpu
+#   --protos  default "Simple LL" ("Simple LL LL128" over NVLink, where LL128 runs), "Simple" with --cpu or WEFT_DEVICE=cpu
 #             (host ranks run Simple whatever NCCL_PROTO says)
 #   --ll-max  LL runs stop at SIZE (weft-bench's -e), where LL has long
 #             lost (its lines are half flag) and its largest sizes would

@@ -30,8 +30,9 @@
  *            N = 1..8 in each of the three modes.
  *   algos    float and half: AllReduce (sum, avg, max, PreMulSum) and the
  *            other collectives, counts 0..1000003, under NCCL_ALGO = Ring,
- *            Tree, Direct x NCCL_PROTO = Simple, LL; threads (2, 3, 4, 8
- *            ranks) and processes (2, 4 ranks).
+ *            Tree, Direct x NCCL_PROTO = Simple, LL, and Ring, Tree x
+ *            LL128 (NVLink only: Simple where ranks share a GPU);
+ *            threads (2, 3, 4, 8 ranks) and processes (2, 4 ranks).
  *   big      one 256 MiB float-sum AllReduce on 4 ranks, out of place and
  *            in place.
  *   windows  every rank's buffers registered by ncclCommWindowRegister,
@@ -55,7 +56,8 @@
  * when its communicator or CUDA context has failed.
  *
  * Usage: test_gpu_coll [--case dtypes|colls|algos|big] [--mode threads|
- * procs|initall] [--require-mps] (no arguments: every job). --require-mps
+ * procs|initall] [--proto Simple|LL|LL128] [--require-mps] (no arguments:
+ * every job; --proto keeps the jobs that set NCCL_PROTO to it). --require-mps
  * skips (77) unless MPS serves GPU 0. Exits 77 without a GPU.
  * test_gpu_coll --worker N runs job N (its number is in every report) in
  * this process and environment, for a debugger or NCCL_DEBUG; set
@@ -119,6 +121,8 @@ static const struct job jobs[] = {
     ALGO("Ring", "LL"),
     ALGO("Tree", "Simple"),
     ALGO("Tree", "LL"),
+    ALGO("Ring", "LL128"),
+    ALGO("Tree", "LL128"),
     ALGO("Direct", "Simple"),
     ALGO("Direct", "LL"),
     {"big", M_THREADS, {4}, P_BIG, NULL, NULL},
@@ -500,7 +504,7 @@ START_TEST(test_job) {
 END_TEST
 
 int main(int argc, char **argv) {
-  const char *only_case = NULL, *only_mode = NULL;
+  const char *only_case = NULL, *only_mode = NULL, *only_proto = NULL;
   int worker = -1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--worker") == 0 && i + 1 < argc)
@@ -509,10 +513,14 @@ int main(int argc, char **argv) {
       only_case = argv[++i];
     else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc)
       only_mode = argv[++i];
+    else if (strcmp(argv[i], "--proto") == 0 && i + 1 < argc)
+      only_proto = argv[++i];
     else if (strcmp(argv[i], "--require-mps") == 0)
       require_mps_flag = 1;
     else {
-      fprintf(stderr, "usage: %s [--case NAME] [--mode threads|procs|initall] [--require-mps]\n",
+      fprintf(stderr,
+              "usage: %s [--case NAME] [--mode threads|procs|initall] [--proto NAME] "
+              "[--require-mps]\n",
               argv[0]);
       return 2;
     }
@@ -533,12 +541,15 @@ int main(int argc, char **argv) {
   for (int i = 0; i < NJOBS; i++) {
     if (only_case != NULL && strcmp(only_case, jobs[i].tcase) != 0) continue;
     if (only_mode != NULL && strcmp(only_mode, mode_names[jobs[i].mode]) != 0) continue;
+    if (only_proto != NULL && (jobs[i].proto == NULL || strcmp(only_proto, jobs[i].proto) != 0))
+      continue;
     tcase_add_loop_test(tc, test_job, i, i + 1);
     nadded++;
   }
   if (nadded == 0) {
-    fprintf(stderr, "gpu_coll: no job matches --case %s --mode %s\n",
-            only_case ? only_case : "(any)", only_mode ? only_mode : "(any)");
+    fprintf(stderr, "gpu_coll: no job matches --case %s --mode %s --proto %s\n",
+            only_case ? only_case : "(any)", only_mode ? only_mode : "(any)",
+            only_proto ? only_proto : "(any)");
     return 2;
   }
   suite_add_tcase(s, tc);

@@ -8,9 +8,10 @@
  * (NaN / -1) first. The LL protocol runs ring and tree AllReduce (float
  * avg, half sum, int8 max / sums), Broadcast, AllGather and ReduceScatter
  * (float, half, int8) on counts 0, 1, 7, 1009, 100003, with Simple jobs
- * between them on the same FIFOs, and a wait that times out. Also prints
- * the speed of a 256 MiB float AllReduce with 2 and 4 ranks, and of small
- * ones with Simple and with LL (printed only, never asserted). fp8,
+ * between them on the same FIFOs, and a wait that times out; LL128 the
+ * same grid, and taking turns with LL. Also prints the speed of a 256 MiB
+ * float AllReduce with 2 and 4 ranks, and of small ones with Simple, LL
+ * and LL128 (printed only, never asserted). fp8,
  * PreMulSum, Direct, fused launches and grouped send/recv are in
  * test_gpu_plan_ops.c, the shared helpers in gpu_plan_common.c. Exits 77
  * without a GPU. */
@@ -107,8 +108,8 @@ static size_t ll_counts[] = {0, 1, 7, 1009, 100003};
  * also runs with Simple right after, so the LL jobs that follow meet
  * counters that Simple moved and Simple's data in the slots where LL
  * stages its reductions. */
-static void run_ll_grid(int n, struct job base, const ncclDataType_t *dts, const ncclRedOp_t *ops,
-                        int ndt) {
+static void run_protos_grid(int n, const int *protos, int nprotos, struct job base,
+                            const ncclDataType_t *dts, const ncclRedOp_t *ops, int ndt) {
   struct ranks rs;
   ranks_open(&rs, n, NCHANNELS);
   for (int d = 0; d < ndt; d++)
@@ -121,8 +122,10 @@ static void run_ll_grid(int n, struct job base, const ncclDataType_t *dts, const
         j.inplace = ip;
         j.nchannels = NCHANNELS;
         j.chunk_bytes = ip ? 8u << 10 : 1u << 20;
-        j.proto = WEFT_PROTO_LL;
-        run_job(&rs, &j);
+        for (int p = 0; p < nprotos; p++) {
+          j.proto = protos[p];
+          run_job(&rs, &j);
+        }
         if (ll_counts[c] == 1009) {
           j.proto = WEFT_PROTO_SIMPLE;
           run_job(&rs, &j);
@@ -131,27 +134,98 @@ static void run_ll_grid(int n, struct job base, const ncclDataType_t *dts, const
   ranks_close(&rs);
 }
 
-START_TEST(ll_ring_allreduce) {
+static void run_proto_grid(int n, int proto, struct job base, const ncclDataType_t *dts,
+                           const ncclRedOp_t *ops, int ndt) {
+  run_protos_grid(n, &proto, 1, base, dts, ops, ndt);
+}
+
+static void run_ll_grid(int n, struct job base, const ncclDataType_t *dts, const ncclRedOp_t *ops,
+                        int ndt) {
+  run_proto_grid(n, WEFT_PROTO_LL, base, dts, ops, ndt);
+}
+
+/* LL128 (proto_ll128.cuh) through the same grid, and LL right after it on
+ * the same FIFOs (the LL area where both leave their flags). */
+static void run_ll128_grid(int n, struct job base, const ncclDataType_t *dts,
+                           const ncclRedOp_t *ops, int ndt) {
+  run_proto_grid(n, WEFT_PROTO_LL128, base, dts, ops, ndt);
+}
+
+static void ring_allreduce_grid(int n, int proto) {
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
   const ncclRedOp_t ops[] = {ncclAvg, ncclSum, ncclMax};
-  run_ll_grid(rank_counts[_i], (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 3);
+  run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 3);
+}
+
+static void tree_allreduce_grid(int n, int proto) {
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
+  const ncclRedOp_t ops[] = {ncclSum, ncclSum, ncclSum};
+  run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_ALLREDUCE, .tree = 1}, dts, ops, 3);
+}
+
+static void ring_others_grid(int n, int proto) {
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
+  const ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclSum};
+  run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_BROADCAST, .root = n - 1}, dts, ops, 3);
+  run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_ALLGATHER}, dts, ops, 3);
+  run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_REDUCESCATTER}, dts, ops, 3);
+}
+
+START_TEST(ll_ring_allreduce) {
+  ring_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL);
 }
 END_TEST
 
 START_TEST(ll_tree_allreduce) {
-  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
-  const ncclRedOp_t ops[] = {ncclSum, ncclSum, ncclSum};
-  run_ll_grid(rank_counts[_i], (struct job){.func = WEFT_FUNC_ALLREDUCE, .tree = 1}, dts, ops, 3);
+  tree_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL);
 }
 END_TEST
 
 START_TEST(ll_ring_others) {
-  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
-  const ncclRedOp_t ops[] = {ncclSum, ncclMax, ncclSum};
-  int n = rank_counts[_i];
-  run_ll_grid(n, (struct job){.func = WEFT_FUNC_BROADCAST, .root = n - 1}, dts, ops, 3);
-  run_ll_grid(n, (struct job){.func = WEFT_FUNC_ALLGATHER}, dts, ops, 3);
-  run_ll_grid(n, (struct job){.func = WEFT_FUNC_REDUCESCATTER}, dts, ops, 3);
+  ring_others_grid(rank_counts[_i], WEFT_PROTO_LL);
+}
+END_TEST
+
+START_TEST(ll128_ring_allreduce) {
+  ring_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL128);
+}
+END_TEST
+
+START_TEST(ll128_tree_allreduce) {
+  tree_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL128);
+}
+END_TEST
+
+START_TEST(ll128_ring_others) {
+  ring_others_grid(rank_counts[_i], WEFT_PROTO_LL128);
+}
+END_TEST
+
+/* LL128 and LL taking turns on the same FIFOs, job by job: each meets the
+ * counters and the stale lines the other left in the LL area. */
+/* On demand only (WEFT_GPU_PLAN_STRESS=N): a protocol's 8-rank AllReduce
+ * grid N times over, LL (_i 0) or LL128 (_i 1), the first wrong element
+ * failing it; for a protocol whose correctness rests on the hardware
+ * (proto_ll128.cuh), where a rare torn line shows only in many runs. */
+START_TEST(proto_stress) {
+  const ncclDataType_t dts[] = {ncclFloat16, ncclFloat32, ncclInt32};
+  const ncclRedOp_t ops[] = {ncclSum, ncclSum, ncclSum};
+  const int proto = _i == 0 ? WEFT_PROTO_LL : WEFT_PROTO_LL128;
+  const char *env = getenv("WEFT_GPU_PLAN_STRESS");
+  int reps = env != NULL ? atoi(env) : 0;
+  for (int k = 0; k < reps; k++)
+    run_proto_grid(8, proto, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 3);
+  printf("proto_stress: %s, %d grids of 8 ranks passed\n", _i == 0 ? "LL" : "LL128", reps);
+  fflush(stdout);
+}
+END_TEST
+
+START_TEST(ll128_after_ll) {
+  const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16};
+  const ncclRedOp_t ops[] = {ncclSum, ncclSum};
+  const int protos[] = {WEFT_PROTO_LL128, WEFT_PROTO_LL, WEFT_PROTO_LL128, WEFT_PROTO_LL};
+  run_protos_grid(rank_counts[_i], protos, 4, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops,
+                  2);
 }
 END_TEST
 
@@ -165,14 +239,16 @@ START_TEST(sys_scope) {
   run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
   run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE, .tree = 1}, dts, ops, 1);
   run_ll_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
+  run_ll128_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
   links_cross = 0;
 }
 END_TEST
 
-/* An LL receive whose sender never runs: the wait gives up after the
- * timeout, the error word names the rank that waited, the wait's report
- * names the link, the kernel ends. */
+/* An LL (_i 0) or LL128 (_i 1) receive whose sender never runs: the wait
+ * gives up after the timeout, the error word names the rank that waited,
+ * the wait's report names the link and the protocol, the kernel ends. */
 START_TEST(ll_timeout) {
+  const int proto = _i == 0 ? WEFT_PROTO_LL : WEFT_PROTO_LL128;
   struct ranks rs;
   ranks_open(&rs, 2, 1);
   for (int r = 0; r < 2; r++) rs.conns[r].timeout_ns = 200u * 1000000u;
@@ -182,7 +258,7 @@ START_TEST(ll_timeout) {
                   .count = 4096,
                   .chunk_bytes = 1u << 20,
                   .nchannels = 1,
-                  .proto = WEFT_PROTO_LL};
+                  .proto = proto};
   void *in[2], *out[2];
   struct weft_dev_plan plans[2];
   for (int r = 0; r < 2; r++) {
@@ -201,12 +277,15 @@ START_TEST(ll_timeout) {
   /* The report names the link: rank 0's LL receive from rank 1. */
   const struct weft_dev_wait_diag *d = rs.diag[0];
   ck_assert_msg(d->claimed && d->dir == WEFT_DEV_WAIT_DATA && d->peer == 1 && d->channel == 0 &&
-                    d->proto == WEFT_PROTO_LL,
+                    d->proto == (unsigned)proto,
                 "LL wait without a sender: diag claimed %u dir %u peer %d channel %d proto %u",
                 d->claimed, d->dir, d->peer, d->channel, d->proto);
   char what[256];
   weft_dev_wait_describe(d, rs.conns[0].nslots, what, sizeof(what));
-  ck_assert_msg(strstr(what, "a receive from rank 1") != NULL, "description: %s", what);
+  ck_assert_msg(strstr(what, "a receive from rank 1") != NULL &&
+                    strstr(what, proto == WEFT_PROTO_LL ? ", LL)" : ", LL128)") != NULL &&
+                    strstr(what, "flag 0, not 1") != NULL,
+                "description: %s", what);
   for (int r = 0; r < 2; r++) {
     weft_dev_plan_free(&plans[r]);
     cudaFree(in[r]);
@@ -216,8 +295,9 @@ START_TEST(ll_timeout) {
 }
 END_TEST
 
-/* Small float AllReduce, Simple against LL, 2 and 4 ranks on one GPU, one
- * lane: microseconds per call, printed for tuning (never asserted). */
+/* Small float AllReduce, Simple against LL and LL128, 2 and 4 ranks on
+ * one GPU, one lane: microseconds per call, printed for tuning (never
+ * asserted). */
 START_TEST(ll_speed) {
   const int n = _i == 0 ? 2 : 4, iters = 200;
   const size_t sizes[] = {256, 4u << 10, 32u << 10, 128u << 10, 512u << 10, 2u << 20};
@@ -231,8 +311,8 @@ START_TEST(ll_speed) {
     CUDA_OK(cudaMemset(in[r], 0, maxb));
   }
   for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-    double us[2];
-    for (int proto = 0; proto < 2; proto++) {
+    double us[WEFT_PROTO_COUNT];
+    for (int proto = 0; proto < WEFT_PROTO_COUNT; proto++) {
       struct job j = {.func = WEFT_FUNC_ALLREDUCE,
                       .dt = ncclFloat32,
                       .op = ncclSum,
@@ -258,8 +338,8 @@ START_TEST(ll_speed) {
     }
     printf(
         "ll_speed: float AllReduce %zu bytes, %d ranks on one GPU, 1 lane: Simple %.1f us, "
-        "LL %.1f us\n",
-        sizes[k], n, us[0], us[1]);
+        "LL %.1f us, LL128 %.1f us\n",
+        sizes[k], n, us[0], us[1], us[2]);
     fflush(stdout);
   }
   for (int r = 0; r < n; r++) {
@@ -295,8 +375,13 @@ int main(void) {
   tcase_add_loop_test(tc, ll_ring_allreduce, 0, nrank_counts);
   tcase_add_loop_test(tc, ll_tree_allreduce, 0, nrank_counts);
   tcase_add_loop_test(tc, ll_ring_others, 0, nrank_counts);
+  tcase_add_loop_test(tc, ll128_ring_allreduce, 0, nrank_counts);
+  tcase_add_loop_test(tc, ll128_tree_allreduce, 0, nrank_counts);
+  tcase_add_loop_test(tc, ll128_ring_others, 0, nrank_counts);
+  tcase_add_loop_test(tc, ll128_after_ll, 0, nrank_counts);
   tcase_add_loop_test(tc, sys_scope, 0, nrank_counts);
-  tcase_add_test(tc, ll_timeout);
+  if (getenv("WEFT_GPU_PLAN_STRESS") != NULL) tcase_add_loop_test(tc, proto_stress, 0, 2);
+  tcase_add_loop_test(tc, ll_timeout, 0, 2);
   tcase_add_loop_test(tc, ll_speed, 0, small || getenv("WEFT_GPU_PLAN_NO_SPEED") ? 0 : 2);
   suite_add_tcase(s, tc);
   /* fp8, PreMulSum, Direct and grouped send/recv: CK_RUN_CASE=engine_ops

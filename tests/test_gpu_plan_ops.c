@@ -298,7 +298,8 @@ static void run_xgrid(int n, struct xjob base, const ncclDataType_t *dts, const 
  * launches consecutive collectives of a group: different functions,
  * datatypes, ops, channel counts and algorithms (so different CTA counts)
  * run in order in one kernel; launched twice with the same barrier words,
- * which must reset between launches; Simple and LL. */
+ * which must reset between launches; Simple and LL. LL128 has no fused
+ * kernel: its launch is refused, nothing runs. */
 #define NFUSED 5
 static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
   const int n = rs->n;
@@ -353,7 +354,7 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
     }
   }
   CUDA_OK(cudaDeviceSynchronize());
-  for (int rep = 0; rep < 2; rep++)
+  for (int rep = 0; rep < 2 && proto != WEFT_PROTO_LL128; rep++)
     for (int r = 0; r < n; r++) {
       struct weft_dev_fused_coll fc[NFUSED];
       for (int k = 0; k < NFUSED; k++)
@@ -362,6 +363,14 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
       ck_assert_int_eq(weft_dev_fused_launch(fc, NFUSED, &rs->conns[r], barrier[r], rs->streams[r]),
                        ncclSuccess);
     }
+  if (proto == WEFT_PROTO_LL128) {
+    struct weft_dev_fused_coll fc[NFUSED];
+    for (int k = 0; k < NFUSED; k++)
+      fc[k] =
+          (struct weft_dev_fused_coll){&plans[k][0], din[k][0], dout[k][0], jobs[k].dt, jobs[k].op};
+    ck_assert_int_eq(weft_dev_fused_launch(fc, NFUSED, &rs->conns[0], barrier[0], rs->streams[0]),
+                     ncclInternalError);
+  }
   char name[64];
   snprintf(name, sizeof(name), "%s fused launch of %d collectives",
            proto == WEFT_PROTO_LL ? "LL" : "Simple", NFUSED);
@@ -374,7 +383,8 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
     char what[128];
     snprintf(what, sizeof(what), "%s, collective %d (%s%s), %d ranks", name, k,
              j->tree ? "tree " : "", weft_func_name(j->func), n);
-    for (int r = 0; r < n; r++) check_output(j, n, hin[k], dout[k][r], r, hout, what);
+    if (proto != WEFT_PROTO_LL128)
+      for (int r = 0; r < n; r++) check_output(j, n, hin[k], dout[k][r], r, hout, what);
     free(hout);
     for (int r = 0; r < n; r++) {
       weft_dev_plan_free(&plans[k][r]);
@@ -393,6 +403,7 @@ START_TEST(fused) {
     ck_assert_int_eq(weft_dev_barrier_create(&barrier[r]), ncclSuccess);
   fused_run(&rs, WEFT_PROTO_SIMPLE, barrier);
   fused_run(&rs, WEFT_PROTO_LL, barrier);
+  fused_run(&rs, WEFT_PROTO_LL128, barrier);
   for (int r = 0; r < rs.n; r++) weft_dev_barrier_destroy(barrier[r]);
   ranks_close(&rs);
 }

@@ -230,6 +230,40 @@ START_TEST(net_links_direct) {
 }
 END_TEST
 
+/* LL128 runs over NVLink only: forced there, it runs; on one GPU, over
+ * PCIe or host memory it is Simple (a WARN), or whatever else NCCL_PROTO
+ * allows; sends never; and unmeasured, the model does not pick it. */
+START_TEST(ll128_nvlink_only) {
+  setenv("NCCL_PROTO", "allreduce:LL128;allgather:LL,LL128;send:LL128;recv:LL128", 1);
+  setenv("NCCL_ALGO", "Ring", 1);
+  struct ncclComm c = fake_comm(2, 0);
+  struct weft_tuning t;
+  const int paths[] = {WEFT_TUNE_NVLINK, WEFT_TUNE_SAME_GPU, WEFT_TUNE_PCIE, WEFT_TUNE_STAGED};
+  for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+    c.gpu_path = paths[i];
+    int nvlink = paths[i] == WEFT_TUNE_NVLINK;
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.proto, nvlink ? WEFT_PROTO_LL128 : WEFT_PROTO_SIMPLE);
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 4096, 4, &t), ncclSuccess);
+    if (!nvlink) ck_assert_int_eq(t.proto, WEFT_PROTO_LL);
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_SEND, 4096, 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+  }
+}
+END_TEST
+
+START_TEST(ll128_not_picked_unmeasured) {
+  struct ncclComm c = fake_comm(2, 0);
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  const size_t sizes[] = {8, 4096, 1u << 20, 64u << 20, (size_t)1 << 32};
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    struct weft_tuning t;
+    ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, sizes[i], 4, &t), ncclSuccess);
+    ck_assert_int_ne(t.proto, WEFT_PROTO_LL128);
+  }
+}
+END_TEST
+
 START_TEST(tree_crossover) {
   setenv("NCCL_ALGO", "Tree", 1);
   /* Two trees: a step moves a chunk of half the buffer (one channel here). */
@@ -704,6 +738,8 @@ int main(void) {
   tcase_add_test(tc, own_buffers_one_gpu);
   tcase_add_test(tc, own_buffers_asked);
   tcase_add_test(tc, own_buffers_processes);
+  tcase_add_test(tc, ll128_nvlink_only);
+  tcase_add_test(tc, ll128_not_picked_unmeasured);
   tcase_add_test(tc, tree_crossover);
   tcase_add_test(tc, force_ll);
   tcase_add_test(tc, force_simple);

@@ -256,8 +256,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                           .names = "Simple,LL,LL128",
                           .keys = KEYS_FUNC,
                           .def_doc = "(the tuning model picks)",
-                          .help = "protocols, same syntax as NCCL_ALGO; LL128 is NCCL's alone "
-                                  "and host ranks always run Simple"},
+                          .help = "protocols, same syntax as NCCL_ALGO; LL128 runs only where "
+                                  "every pair of GPUs is joined by NVLink (elsewhere the others "
+                                  "allowed, or Simple with a WARN); send/recv run Simple or LL, "
+                                  "host ranks always Simple"},
     [WEFT_PARAM_IB_HCA] =
         STR_ROW("NCCL_IB_HCA", "(every active port)",
                 "RDMA ports net/ib may use, as NCCL reads it: a comma list of name[:port] "

@@ -14,9 +14,12 @@ static size_t inbox_ctrl_bytes(const weft_dev_inbox &b) {
   return (n * sizeof(uint64_t) + 255) & ~(size_t)255;
 }
 
-/* The LL slots, right after the counters: zeroed with them at creation. */
+/* The LL and LL128 slots (a link's LL slots, then its LL128 slots), right
+ * after the counters: zeroed with them at creation. Each protocol's flags
+ * live where only it writes: a line of the other's could hold data that
+ * reads as this one's flag (an int32 array of the flag's value). */
 static size_t inbox_ll_bytes(const weft_dev_inbox &b) {
-  return (size_t)b.nranks * b.nchannels * b.nslots * b.ll_slot_bytes;
+  return (size_t)b.nranks * b.nchannels * 2 * b.nslots * b.ll_slot_bytes;
 }
 
 extern "C" ncclResult_t weft_dev_pool_no_hidden_waits(int dev) {
@@ -67,10 +70,11 @@ extern "C" struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox 
                                                     int src, int channel) {
   size_t i = (size_t)src * layout->nchannels + channel;
   uint64_t *ctrl = (uint64_t *)base + i * WEFT_DEV_CTRL_WORDS;
-  char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * layout->nslots * layout->ll_slot_bytes;
+  const size_t ll_area = layout->nslots * layout->ll_slot_bytes;
+  char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * 2 * ll_area;
   char *slots = (char *)base + inbox_ctrl_bytes(*layout) + inbox_ll_bytes(*layout) +
                 i * layout->nslots * layout->slot_bytes;
-  return weft_dev_link{slots, ctrl, ctrl + 16, ll, NULL, 0};
+  return weft_dev_link{slots, ctrl, ctrl + 16, ll, ll + ll_area, NULL, 0};
 }
 
 static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
@@ -148,7 +152,9 @@ extern "C" void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int n
   /* Host-mapped and written by the device: read once, as it stands. */
   weft_dev_wait_diag v;
   memcpy(&v, (const void *)d, sizeof(v));
-  const char *proto = v.proto == WEFT_PROTO_LL ? "LL" : "Simple";
+  const char *proto = v.proto == WEFT_PROTO_LL      ? "LL"
+                      : v.proto == WEFT_PROTO_LL128 ? "LL128"
+                                                    : "Simple";
   if (!v.claimed || nslots <= 0)
     snprintf(buf, len, "no wait recorded its state");
   else if (v.dir == WEFT_DEV_WAIT_PEER_READY)
@@ -173,11 +179,11 @@ extern "C" void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int n
              "free; rank %d had consumed %llu slots of that link",
              v.peer, v.channel, v.lane, proto, (unsigned long long)v.pos, v.peer,
              (unsigned long long)v.seen);
-  else if (v.proto == WEFT_PROTO_LL)
+  else if (v.proto == WEFT_PROTO_LL || v.proto == WEFT_PROTO_LL128)
     snprintf(buf, len,
-             "a receive from rank %d (channel %d, CTA %u, LL) waited for slot position %llu: a "
+             "a receive from rank %d (channel %d, CTA %u, %s) waited for slot position %llu: a "
              "line had flag %llu, not %llu",
-             v.peer, v.channel, v.lane, (unsigned long long)v.pos, (unsigned long long)v.seen,
+             v.peer, v.channel, v.lane, proto, (unsigned long long)v.pos, (unsigned long long)v.seen,
              (unsigned long long)(v.pos / (uint64_t)nslots + 1));
   else
     snprintf(buf, len,

@@ -1,6 +1,6 @@
 /* Launches a rank's plan, or a group's plans fused: the checks, the
  * kernel's arguments, and the protocol's kernel (plan_kernel.cuh, compiled
- * in plan_simple.cu and plan_ll.cu). And loads every kernel of the engine
+ * in plan_simple.cu, plan_ll.cu and plan_ll128.cu). And loads every kernel of the engine
  * up front. */
 #include "device/dev_check.cuh"
 #include "device/plan_kernel.cuh"
@@ -16,11 +16,14 @@ static ncclResult_t launch_check(const struct weft_dev_plan *plan,
          (int)op);
     return ncclInvalidArgument;
   }
-  /* LL stages a reduction in the Simple slot of the same position. */
-  if ((plan->proto != WEFT_PROTO_SIMPLE && plan->proto != WEFT_PROTO_LL) ||
-      (plan->proto == WEFT_PROTO_LL &&
-       (conns->ll_slot_bytes < 16 || conns->ll_slot_bytes % 16 != 0 ||
-        conns->ll_slot_bytes / 2 > conns->slot_bytes))) {
+  /* LL stages a reduction in the Simple slot of the same position; LL128
+   * stages at most what that slot holds (ll128_payload), in whole lines. */
+  const int ll = plan->proto == WEFT_PROTO_LL, ll128 = plan->proto == WEFT_PROTO_LL128;
+  if ((plan->proto != WEFT_PROTO_SIMPLE && !ll && !ll128) ||
+      (ll && (conns->ll_slot_bytes < 16 || conns->ll_slot_bytes % 16 != 0 ||
+              conns->ll_slot_bytes / 2 > conns->slot_bytes)) ||
+      (ll128 && (conns->ll_slot_bytes < 128 || conns->ll_slot_bytes % 128 != 0 ||
+                 conns->slot_bytes < 120))) {
     WARN("device engine: rank %d: protocol %d cannot run on slots of %zu / LL %zu bytes",
          conns->rank, plan->proto, conns->slot_bytes, conns->ll_slot_bytes);
     return ncclInternalError;
@@ -55,8 +58,9 @@ extern "C" ncclResult_t weft_dev_plan_launch(const struct weft_dev_plan *plan,
   exec_args x = {};
   static_cast<exec_work &>(x) = work_of(plan, sendbuff, recvbuff, datatype, op);
   x.conns = *conns;
-  DEV_CUDA(plan->proto == WEFT_PROTO_LL ? weft_plan_launch_ll(x, plan->nlanes, stream)
-                                        : weft_plan_launch_simple(x, plan->nlanes, stream),
+  DEV_CUDA(plan->proto == WEFT_PROTO_LL      ? weft_plan_launch_ll(x, plan->nlanes, stream)
+           : plan->proto == WEFT_PROTO_LL128 ? weft_plan_launch_ll128(x, plan->nlanes, stream)
+                                             : weft_plan_launch_simple(x, plan->nlanes, stream),
            "launching the plan kernel");
   return ncclSuccess;
 }
@@ -77,6 +81,11 @@ extern "C" ncclResult_t weft_dev_fused_launch(const struct weft_dev_fused_coll *
   for (int i = 0; i < n; i++) {
     const weft_dev_fused_coll &c = colls[i];
     ncclResult_t res = launch_check(c.plan, conns, c.datatype, c.op);
+    if (res == ncclSuccess && c.plan->proto == WEFT_PROTO_LL128) {
+      WARN("device engine: rank %d: LL128 has no fused kernel (its collectives launch alone)",
+           conns->rank);
+      res = ncclInternalError;
+    }
     if (res == ncclSuccess && c.plan->proto != proto) {
       WARN("device engine: rank %d: a fused launch mixes protocols %d and %d", conns->rank, proto,
            c.plan->proto);
@@ -118,8 +127,8 @@ extern "C" void weft_dev_barrier_destroy(unsigned *barrier) {
 
 extern "C" ncclResult_t weft_dev_load_kernels(void) {
   cudaError_t (*const loads[])(void) = {
-      weft_plan_load_simple, weft_plan_load_ll,    weft_p2p_load,      weft_local_load,
-      weft_direct_load,      weft_direct_p2p_load, weft_direct_ll_load};
+      weft_plan_load_simple, weft_plan_load_ll,    weft_plan_load_ll128, weft_p2p_load,
+      weft_local_load,       weft_direct_load,     weft_direct_p2p_load, weft_direct_ll_load};
   for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++)
     DEV_CUDA(loads[i](), "loading the engine's kernels (cudaFuncGetAttributes)");
   return ncclSuccess;

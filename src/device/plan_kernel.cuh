@@ -1,7 +1,7 @@
 /* The plan executor kernel, a template on the protocol: one CTA runs one
  * lane of one rank's plan (src/sched/schedule.h) on device buffers, over
- * device-memory FIFOs with the launch's protocol: Simple (prims.cuh) or
- * LL (proto_ll.cuh).
+ * device-memory FIFOs with the launch's protocol: Simple (prims.cuh),
+ * LL (proto_ll.cuh) or LL128 (proto_ll128.cuh).
  *
  * A CTA splits in two halves: the first moves the step's send (wait for a
  * free slot, copy a slot's worth in, publish the tail), the second its
@@ -18,13 +18,15 @@
  * that time-slice one GPU. Every wait is bounded (conns.timeout_ns) and a
  * timeout is reported, not hung.
  *
- * plan_simple.cu and plan_ll.cu each compile one protocol's kernel (two
- * translation units build in parallel); plan_exec.cu launches them. */
+ * plan_simple.cu, plan_ll.cu and plan_ll128.cu each compile one
+ * protocol's kernel (translation units that build in parallel);
+ * plan_exec.cu launches them. */
 #ifndef WEFT_DEVICE_PLAN_KERNEL_CUH
 #define WEFT_DEVICE_PLAN_KERNEL_CUH
 
 #include "device/prims.cuh"
 #include "device/proto_ll.cuh"
+#include "device/proto_ll128.cuh"
 
 /* Runs lane l of the plan x describes on this CTA; 0 when the run must
  * stop (a wait failed, or an error or abort elsewhere). */
@@ -45,12 +47,16 @@ __device__ __forceinline__ int run_lane(const exec_args &x, const weft_dev_lane 
       if (s.flags & WEFT_STEP_SEND) {
         if constexpr (PROTO == WEFT_PROTO_LL)
           ll_send(x, l, s, tid, stop);
+        else if constexpr (PROTO == WEFT_PROTO_LL128)
+          ll128_send(x, l, s, tid, stop);
         else
           exec_send(x, l, s, tid, stop);
       }
     } else if (s.flags & WEFT_STEP_RECV) {
       if constexpr (PROTO == WEFT_PROTO_LL)
         ll_recv(x, l, s, tid - EXEC_HALF, stop);
+      else if constexpr (PROTO == WEFT_PROTO_LL128)
+        ll128_recv(x, l, s, tid - EXEC_HALF, stop);
       else
         exec_recv(x, l, s, tid - EXEC_HALF, stop);
     }
@@ -144,9 +150,24 @@ cudaError_t weft_plan_launch_simple(exec_args x, int nlanes, cudaStream_t stream
 cudaError_t weft_plan_launch_ll(exec_args x, int nlanes, cudaStream_t stream);
 cudaError_t weft_fused_launch_simple(fused_args a, int nctas, cudaStream_t stream);
 cudaError_t weft_fused_launch_ll(fused_args a, int nctas, cudaStream_t stream);
+cudaError_t weft_plan_launch_ll128(exec_args x, int nlanes, cudaStream_t stream);
 
-/* Defines one protocol's launchers and loader; plan_simple.cu and
- * plan_ll.cu each hold one. */
+/* Defines one protocol's plan-kernel launcher and loader. */
+#define WEFT_PLAN_KERNEL(name, PROTO)                                                 \
+  cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) { \
+    void *args[] = {&x};                                                              \
+    return cudaLaunchKernel((const void *)weft_plan_kernel<PROTO>, dim3(nlanes),      \
+                            dim3(EXEC_THREADS), args, 0, stream);                     \
+  }                                                                                   \
+  cudaError_t weft_plan_load_##name(void) {                                           \
+    cudaFuncAttributes attr;                                                          \
+    return cudaFuncGetAttributes(&attr, weft_plan_kernel<PROTO>);                     \
+  }
+
+/* Defines one protocol's launchers (plan and fused) and loader;
+ * plan_simple.cu and plan_ll.cu each hold one. LL128 (plan_ll128.cu) has
+ * the plan kernel only: the engine never fuses its collectives
+ * (exec/engine_cuda.c). */
 #define WEFT_PLAN_KERNELS(name, PROTO)                                                    \
   cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) {     \
     void *args[] = {&x};                                                                  \
@@ -168,6 +189,7 @@ cudaError_t weft_fused_launch_ll(fused_args a, int nctas, cudaStream_t stream);
  * (weft_dev_load_kernels). */
 cudaError_t weft_plan_load_simple(void);
 cudaError_t weft_plan_load_ll(void);
+cudaError_t weft_plan_load_ll128(void);
 cudaError_t weft_p2p_load(void);
 cudaError_t weft_local_load(void);
 cudaError_t weft_direct_load(void);

@@ -47,7 +47,12 @@ struct weft_redop_use {
  * what arrives locally, in rank order (AllReduce of small messages: one
  * exchange instead of a ring's 2(n-1) steps). */
 enum weft_algo { WEFT_ALGO_RING = 0, WEFT_ALGO_TREE = 1, WEFT_ALGO_DIRECT = 2, WEFT_ALGO_COUNT };
-enum weft_proto { WEFT_PROTO_SIMPLE = 0, WEFT_PROTO_LL = 1, WEFT_PROTO_COUNT };
+enum weft_proto {
+  WEFT_PROTO_SIMPLE = 0,
+  WEFT_PROTO_LL = 1,
+  WEFT_PROTO_LL128 = 2,
+  WEFT_PROTO_COUNT
+};
 
 enum weft_step_flags {
   WEFT_STEP_SEND = 1u << 0,   /* send send_bytes from send_buf+send_off to send_peer */

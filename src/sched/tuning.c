@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 
@@ -56,10 +57,12 @@
 
 /* NCCL's protocols; the host engine runs Simple whatever is asked. */
 enum { PROTO_SIMPLE, PROTO_LL, PROTO_LL128, PROTO_NCCL_COUNT };
-/* The ones weft has (bits of PROTO_*; PROTO_x == WEFT_PROTO_x for both). */
-#define WEFT_PROTOS ((1u << PROTO_SIMPLE) | (1u << PROTO_LL))
-_Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL,
-               "weft's protocols are NCCL's first two");
+/* The ones weft has (bits of PROTO_*; PROTO_x == WEFT_PROTO_x). */
+#define WEFT_PROTOS ((1u << PROTO_SIMPLE) | (1u << PROTO_LL) | (1u << PROTO_LL128))
+_Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_PROTO_LL &&
+                   PROTO_LL128 == (int)WEFT_PROTO_LL128 &&
+                   PROTO_NCCL_COUNT == (int)WEFT_PROTO_COUNT,
+               "weft's protocols are NCCL's");
 /* NCCL_ALGO and NCCL_PROTO are parsed by the parameter table
  * (base/param_table.c): names in the order of enum weft_algo, then NCCL's
  * algorithms weft lacks; protocols in PROTO_* order; keys in enum
@@ -92,8 +95,8 @@ static void tuning_load(void) {
          weft_param_str(WEFT_PARAM_ALGO));
   const char *proto = weft_param_str(WEFT_PARAM_PROTO);
   weft_param_list(WEFT_PARAM_PROTO, tuning.proto_mask, WEFT_FUNC_COUNT);
-  /* LL128 is NCCL's alone: a collective left with nothing else is tuned as
-   * if NCCL_PROTO did not name it. */
+  /* A collective NCCL_PROTO leaves without a protocol is tuned as if it
+   * did not name it. */
   int lost = 0;
   for (int f = 0; f < WEFT_FUNC_COUNT; f++) {
     if ((tuning.proto_mask[f] & WEFT_PROTOS) != 0) continue;
@@ -102,8 +105,8 @@ static void tuning_load(void) {
   }
   if (lost)
     WARN(
-        "NCCL_PROTO=%s: LL128 is a protocol of NCCL only; collectives left without Simple or "
-        "LL get the one the tuning model picks",
+        "NCCL_PROTO=%s leaves some collectives without a protocol (Simple, LL, LL128); they "
+        "get the one the tuning model picks",
         proto != NULL ? proto : "");
 }
 
@@ -148,20 +151,44 @@ static unsigned algos_allowed(enum weft_func func, int cuda) {
   return mask != 0 ? mask : 1u << WEFT_ALGO_RING;
 }
 
+/* Whether every link of the communicator keeps a 128-byte line whole, as
+ * LL128 needs (device/proto_ll128.cuh): GPUs joined by NVLink, by the
+ * topology's answer (comm->gpu_path: its worst pair), as NCCL runs it. Not
+ * PCIe, host memory or the network, and not a path only guessed; not ranks
+ * sharing one GPU either, where nothing promises it and LL128 measured
+ * slower than Simple at every size (docs/CUDA.md, "LL128"). */
+static int lines_stay_whole(const struct ncclComm *comm) {
+  return comm->gpu_path == WEFT_TUNE_NVLINK;
+}
+
 /* The protocols it may pick (bits of PROTO_*): NCCL_PROTO's on the CUDA
  * engine; Simple on host ranks, one rank and net links (LL's flags cannot
- * cross the network). Both ends of a link must run the same protocol.
- * Every rank tunes a collective alike, but a send and its receive are
- * tuned as different calls (sizes, NCCL_PROTO sections), so they get LL
- * only when NCCL_PROTO allows nothing else for sends and receives both. */
+ * cross the network); LL128 only where lines stay whole (a WARN, once,
+ * where NCCL_PROTO asks for it alone and they may not). Both ends of a
+ * link must run the same protocol. Every rank tunes a collective alike,
+ * but a send and its receive are tuned as different calls (sizes,
+ * NCCL_PROTO sections), so they get LL only when NCCL_PROTO allows nothing
+ * else for sends and receives both; the send/recv kernel has no LL128. */
 static unsigned protos_allowed(const struct ncclComm *comm, int kernels, enum weft_func func) {
-  const unsigned simple = 1u << PROTO_SIMPLE, ll = 1u << PROTO_LL;
+  const unsigned simple = 1u << PROTO_SIMPLE, ll = 1u << PROTO_LL, ll128 = 1u << PROTO_LL128;
   if (!kernels || comm->nranks == 1 || comm->cuda_net_links) return simple;
   if (func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV) {
     unsigned both = tuning.proto_mask[WEFT_FUNC_SEND] | tuning.proto_mask[WEFT_FUNC_RECV];
     return (both & WEFT_PROTOS) == ll ? ll : simple;
   }
-  return tuning.proto_mask[func] & WEFT_PROTOS; /* never 0: tuning_load */
+  unsigned mask = tuning.proto_mask[func] & WEFT_PROTOS; /* never 0: tuning_load */
+  if (!(mask & ll128) || lines_stay_whole(comm)) return mask;
+  if (mask == ll128) {
+    static atomic_int warned;
+    if (atomic_fetch_add(&warned, 1) == 0)
+      WARN(
+          "NCCL_PROTO=%s: LL128 needs links that keep a 128-byte line whole (NVLink between "
+          "GPUs); this communicator's are %s links, where nothing promises it (a line's flag "
+          "could be read before its data): running Simple",
+          weft_param_str(WEFT_PARAM_PROTO), weft_tune_path_name(tune_path(comm, kernels)));
+    return simple;
+  }
+  return mask & ~ll128;
 }
 
 struct choice {
@@ -185,7 +212,9 @@ static void pick(enum weft_tune_path path, enum weft_func func, int n, double by
     }
   out->row = NULL;
   out->algo = WEFT_ALGO_RING;
-  out->proto = (protos & (1u << PROTO_SIMPLE)) ? WEFT_PROTO_SIMPLE : WEFT_PROTO_LL;
+  out->proto = (protos & (1u << PROTO_SIMPLE)) ? WEFT_PROTO_SIMPLE
+               : (protos & (1u << PROTO_LL))   ? WEFT_PROTO_LL
+                                               : WEFT_PROTO_LL128;
   out->us = 0;
   for (int a = 0; a < WEFT_ALGO_COUNT; a++)
     for (int p = 0; p < WEFT_PROTO_COUNT; p++) {

@@ -20,6 +20,8 @@
  *   Simple's, the kernels' ratio (4.2 against 4.0 us, 18 against 100 GB/s,
  *   one H200, tests/test_gpu_plan.c's ll_speed, 2026-11-29), so LL is never
  *   picked unless NCCL_PROTO forces it;
+ * - LL128: Simple's latency 1.05x and bandwidth 0.9x, so it is not picked
+ *   on a path until rows measured there say where it pays;
  * - Direct on the ranks' own buffers (one GPU): 6 us and 1 TB/s, a first
  *   estimate for reports; chosen by rule while it is a placeholder;
  * - GPU net links: the sockets' figures (Simple only runs there). */
@@ -30,7 +32,11 @@
 
 #define PH "placeholder: hand-set before the model was fitted (sched/tuning_fit.c's header)"
 
-/* Placeholder rows of a path: Ring, Tree and Direct alike, Simple and LL. */
+/* Placeholder rows of a path: Ring, Tree and Direct alike, Simple, LL and
+ * LL128. LL128's are Simple's a little slower every way (latency 1.05x,
+ * bandwidth 0.9x): never picked before it is measured on a path. */
+#define LL128_A(a) ((a)*1.05)
+#define LL128_B(b) ((b)*0.9)
 #define PH_ROW(path, algo, proto, a, b) \
   { path, WEFT_FUNC_ALLREDUCE, algo, proto, 0, a, b, 0, PH }
 /* clang-format off */
@@ -40,7 +46,10 @@
   PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, a_simple, b_simple), \
   PH_ROW(path, WEFT_ALGO_RING, WEFT_PROTO_LL, a_ll, b_ll),               \
   PH_ROW(path, WEFT_ALGO_TREE, WEFT_PROTO_LL, a_ll, b_ll),               \
-  PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_LL, a_ll, b_ll)
+  PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_LL, a_ll, b_ll),               \
+  PH_ROW(path, WEFT_ALGO_RING, WEFT_PROTO_LL128, LL128_A(a_simple), LL128_B(b_simple)),   \
+  PH_ROW(path, WEFT_ALGO_TREE, WEFT_PROTO_LL128, LL128_A(a_simple), LL128_B(b_simple)),   \
+  PH_ROW(path, WEFT_ALGO_DIRECT, WEFT_PROTO_LL128, LL128_A(a_simple), LL128_B(b_simple))
 /* clang-format on */
 
 static const struct weft_tune_fit fits[] = {

@@ -125,6 +125,7 @@ static ncclResult_t fifos_links(struct net_gpu *n, struct weft_dev_link *send,
             .head = DEV(f->head),
             .tail = DEV(f->tail),
             .ll = NULL,
+            .ll128 = NULL,
             .sizes = s ? DEV(f->sizes) : NULL,
             .sys = 1};
 #undef DEV
