@@ -12,6 +12,7 @@ size_t counts[4] = {0, 1, 7, 1000003};
 int nrank_counts = 4;
 int small_run;
 int links_cross;
+int links_no_ll128;
 
 /* ---- Host values ------------------------------------------------------------ */
 
@@ -81,7 +82,8 @@ void ranks_open(struct ranks *rs, int n, int nchannels) {
   ck_assert_int_eq(weft_dev_load_kernels(), ncclSuccess);
   for (int r = 0; r < n; r++) {
     /* The tree uses two channels per lane pair. */
-    ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, 0, &rs->inbox[r]), ncclSuccess);
+    ck_assert_int_eq(weft_dev_inbox_create(n, 2 * nchannels, 0, !links_no_ll128, &rs->inbox[r]),
+                     ncclSuccess);
     bases[r] = rs->inbox[r].base;
   }
   for (int r = 0; r < n; r++) {

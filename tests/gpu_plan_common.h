@@ -31,6 +31,9 @@ extern int small_run; /* WEFT_GPU_PLAN_SMALL */
 /* Set by the sys_scope case: every link is built as one between two GPUs
  * (system-scope counters), so that ordering runs on one GPU too. */
 extern int links_cross;
+/* Nonzero: ranks_open makes inboxes without LL128 slots (as the engine
+ * does where LL128 cannot run). */
+extern int links_no_ll128;
 
 struct job {
   enum weft_func func;

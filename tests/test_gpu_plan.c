@@ -295,6 +295,42 @@ START_TEST(ll_timeout) {
 }
 END_TEST
 
+/* Inboxes without LL128 slots (the engine's, where LL128 cannot run): an
+ * LL128 launch is refused before anything runs, and Simple still runs. */
+START_TEST(ll128_needs_slots) {
+  links_no_ll128 = 1;
+  struct ranks rs;
+  ranks_open(&rs, 2, 1);
+  struct job j = {.func = WEFT_FUNC_ALLREDUCE,
+                  .dt = ncclFloat32,
+                  .op = ncclSum,
+                  .count = 4096,
+                  .chunk_bytes = 1u << 20,
+                  .nchannels = 1,
+                  .proto = WEFT_PROTO_LL128};
+  void *in[2], *out[2];
+  struct weft_dev_plan plans[2];
+  for (int r = 0; r < 2; r++) {
+    CUDA_OK(cudaMalloc(&in[r], j.count * 4));
+    CUDA_OK(cudaMalloc(&out[r], j.count * 4));
+  }
+  launch_all(&rs, &j, in, out, plans, 0); /* builds and uploads only */
+  for (int r = 0; r < 2; r++) {
+    ck_assert_int_eq(
+        weft_dev_plan_launch(&plans[r], &rs.conns[r], in[r], out[r], j.dt, j.op, rs.streams[r]),
+        ncclInternalError);
+    weft_dev_plan_free(&plans[r]);
+    cudaFree(in[r]);
+    cudaFree(out[r]);
+  }
+  j.proto = WEFT_PROTO_SIMPLE;
+  j.count = 1009;
+  run_job(&rs, &j);
+  ranks_close(&rs);
+  links_no_ll128 = 0;
+}
+END_TEST
+
 /* Small float AllReduce, Simple against LL and LL128, 2 and 4 ranks on
  * one GPU, one lane: microseconds per call, printed for tuning (never
  * asserted). */
@@ -382,6 +418,7 @@ int main(void) {
   tcase_add_loop_test(tc, sys_scope, 0, nrank_counts);
   if (getenv("WEFT_GPU_PLAN_STRESS") != NULL) tcase_add_loop_test(tc, proto_stress, 0, 2);
   tcase_add_loop_test(tc, ll_timeout, 0, 2);
+  tcase_add_test(tc, ll128_needs_slots);
   tcase_add_loop_test(tc, ll_speed, 0, small || getenv("WEFT_GPU_PLAN_NO_SPEED") ? 0 : 2);
   suite_add_tcase(s, tc);
   /* fp8, PreMulSum, Direct and grouped send/recv: CK_RUN_CASE=engine_ops

@@ -17,7 +17,8 @@
 /* LL protocol slots (src/device/proto_ll.cuh): nslots per connection too,
  * each of 16-byte lines that carry 8 bytes of data, so half is payload.
  * LL128's (src/device/proto_ll128.cuh) are as many of the same size, in an
- * area of their own, of 128-byte lines that carry 120. */
+ * area of their own, of 128-byte lines that carry 120; only inboxes of
+ * communicators that may run LL128 have them (weft_tune_ll128_links). */
 #define WEFT_DEV_LL_SLOT_BYTES (32u << 10)
 
 /* One direction of one connection, as a kernel sees it: nslots slots of
@@ -33,7 +34,7 @@ struct weft_dev_link {
   uint64_t *head;
   uint64_t *tail;
   char *ll;    /* LL slots: only LL ever writes them, so no stale flag is data */
-  char *ll128; /* LL128 slots: the same, for LL128's flags */
+  char *ll128; /* LL128 slots: the same, for LL128's flags (NULL: none) */
   /* Bytes the sender put in each Simple slot, written before the tail's
    * release: a net link's proxy sends that many (src/proxy/). NULL on the
    * links where the receiving kernel reads the slot itself. */
@@ -46,8 +47,9 @@ struct weft_dev_link {
 /* A rank's inbox: the FIFOs its peers send to, in its own device memory,
  * one allocation so one IPC handle shares all of it. Layout: counters
  * [src][channel][WEFT_DEV_CTRL_WORDS], one error word, LL slots
- * [src][channel][2][nslots][ll_slot_bytes] (LL's, then LL128's; zeroed:
- * flag 0 is never expected), then slots [src][channel][nslots][slot_bytes]. */
+ * [src][channel][1 or 2][nslots][ll_slot_bytes] (LL's, then LL128's where
+ * ll128; zeroed: flag 0 is never expected), then slots
+ * [src][channel][nslots][slot_bytes]. */
 struct weft_dev_inbox {
   void *base;
   size_t bytes;
@@ -56,6 +58,7 @@ struct weft_dev_inbox {
   int nslots;
   size_t slot_bytes;
   size_t ll_slot_bytes;
+  int ll128; /* the LL128 slots are there */
 };
 
 #endif

@@ -23,7 +23,8 @@ typedef ncclResult_t (*weft_gpu_allgather_fn)(void *ctx, void *all, size_t bytes
 /* The device layer's inbox functions (src/device/conns.cu), handed down so
  * that transport/ never includes src/device/. */
 struct weft_gpu_inbox_fns {
-  ncclResult_t (*create)(int nranks, int nchannels, size_t slot_bytes, struct weft_dev_inbox *out);
+  ncclResult_t (*create)(int nranks, int nchannels, size_t slot_bytes, int ll128,
+                         struct weft_dev_inbox *out);
   void (*destroy)(struct weft_dev_inbox *inbox);
   struct weft_dev_link (*link)(const struct weft_dev_inbox *layout, void *base, int src,
                                int channel);
@@ -36,6 +37,7 @@ struct weft_gpu_setup {
   int nchannels;     /* of the link tables (plans use half: trees use twice as many) */
   int nslots;        /* WEFT_DEV_NSLOTS */
   size_t slot_bytes; /* of a Simple slot, the same on every rank */
+  int ll128;         /* inboxes hold LL128 slots (the same on every rank) */
   int cuda_dev;
   /* nranks: peer p runs on another GPU than this rank (by PCI bus id). */
   const unsigned char *cross;

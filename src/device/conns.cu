@@ -19,7 +19,7 @@ static size_t inbox_ctrl_bytes(const weft_dev_inbox &b) {
  * live where only it writes: a line of the other's could hold data that
  * reads as this one's flag (an int32 array of the flag's value). */
 static size_t inbox_ll_bytes(const weft_dev_inbox &b) {
-  return (size_t)b.nranks * b.nchannels * 2 * b.nslots * b.ll_slot_bytes;
+  return (size_t)b.nranks * b.nchannels * (b.ll128 ? 2 : 1) * b.nslots * b.ll_slot_bytes;
 }
 
 extern "C" ncclResult_t weft_dev_pool_no_hidden_waits(int dev) {
@@ -34,8 +34,9 @@ extern "C" ncclResult_t weft_dev_pool_no_hidden_waits(int dev) {
 }
 
 extern "C" ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, size_t slot_bytes,
-                                              struct weft_dev_inbox *out) {
+                                              int ll128, struct weft_dev_inbox *out) {
   weft_dev_inbox b = {};
+  b.ll128 = ll128 != 0;
   b.nranks = nranks;
   b.nchannels = nchannels;
   b.nslots = WEFT_DEV_NSLOTS;
@@ -71,10 +72,10 @@ extern "C" struct weft_dev_link weft_dev_inbox_link(const struct weft_dev_inbox 
   size_t i = (size_t)src * layout->nchannels + channel;
   uint64_t *ctrl = (uint64_t *)base + i * WEFT_DEV_CTRL_WORDS;
   const size_t ll_area = layout->nslots * layout->ll_slot_bytes;
-  char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * 2 * ll_area;
+  char *ll = (char *)base + inbox_ctrl_bytes(*layout) + i * (layout->ll128 ? 2 : 1) * ll_area;
   char *slots = (char *)base + inbox_ctrl_bytes(*layout) + inbox_ll_bytes(*layout) +
                 i * layout->nslots * layout->slot_bytes;
-  return weft_dev_link{slots, ctrl, ctrl + 16, ll, ll + ll_area, NULL, 0};
+  return weft_dev_link{slots, ctrl, ctrl + 16, ll, layout->ll128 ? ll + ll_area : NULL, NULL, 0};
 }
 
 static uint64_t *inbox_error_word(const weft_dev_inbox &b) {
@@ -114,6 +115,7 @@ extern "C" ncclResult_t weft_dev_conns_build(const struct weft_dev_inbox *mine,
   c.nslots = mine->nslots;
   c.slot_bytes = mine->slot_bytes;
   c.ll_slot_bytes = mine->ll_slot_bytes;
+  c.ll128 = mine->ll128;
   c.error = inbox_error_word(*mine);
   size_t n = (size_t)c.nranks * c.nchannels;
   weft_dev_link *tables = new weft_dev_link[2 * n];

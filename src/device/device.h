@@ -32,6 +32,7 @@ struct weft_dev_conns {
   int nslots;
   size_t slot_bytes;
   size_t ll_slot_bytes;
+  int ll128;                  /* the links have LL128 slots */
   struct weft_dev_link *send; /* device array */
   struct weft_dev_link *recv; /* device array */
   /* Device address of the error word: by default in the rank's inbox; the
@@ -94,8 +95,8 @@ ncclResult_t weft_dev_load_kernels(void);
 
 /* Allocates and zeroes an inbox on the current device, with Simple slots
  * of slot_bytes (0: WEFT_DEV_SLOT_BYTES; at least half an LL slot, a
- * multiple of 16). */
-ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, size_t slot_bytes,
+ * multiple of 16), and LL128 slots when ll128. */
+ncclResult_t weft_dev_inbox_create(int nranks, int nchannels, size_t slot_bytes, int ll128,
                                    struct weft_dev_inbox *out);
 void weft_dev_inbox_destroy(struct weft_dev_inbox *inbox);
 /* The link from src into the inbox laid out as `layout` and mapped at base

@@ -22,10 +22,11 @@ static ncclResult_t launch_check(const struct weft_dev_plan *plan,
   if ((plan->proto != WEFT_PROTO_SIMPLE && !ll && !ll128) ||
       (ll && (conns->ll_slot_bytes < 16 || conns->ll_slot_bytes % 16 != 0 ||
               conns->ll_slot_bytes / 2 > conns->slot_bytes)) ||
-      (ll128 && (conns->ll_slot_bytes < 128 || conns->ll_slot_bytes % 128 != 0 ||
-                 conns->slot_bytes < 120))) {
-    WARN("device engine: rank %d: protocol %d cannot run on slots of %zu / LL %zu bytes",
-         conns->rank, plan->proto, conns->slot_bytes, conns->ll_slot_bytes);
+      (ll128 && (!conns->ll128 || conns->ll_slot_bytes < 128 ||
+                 conns->ll_slot_bytes % 128 != 0 || conns->slot_bytes < 120))) {
+    WARN("device engine: rank %d: protocol %d cannot run on slots of %zu / LL %zu bytes%s",
+         conns->rank, plan->proto, conns->slot_bytes, conns->ll_slot_bytes,
+         ll128 && !conns->ll128 ? " (the inboxes have no LL128 slots)" : "");
     return ncclInternalError;
   }
   return ncclSuccess;

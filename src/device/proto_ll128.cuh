@@ -6,20 +6,20 @@
  * instruction too, and the line's data is there when its flag is.
  *
  * That rests on the hardware, not on the PTX memory model: a warp's store
- * of a whole aligned 128-byte line reaches memory as one transaction, and
- * a warp's load of it reads one, so no load sees the flag without the
- * data beside it. NVLink keeps 128-byte writes whole (NCCL runs LL128
- * there and nowhere else between GPUs); inside one GPU both go through
- * the L2 cache line by line. PCIe may split a write, so links that cross
- * PCIe never run it (sched/tuning.c), and tests/test_gpu_coll.c checks
- * every collective in it between ranks of one GPU, where it is measured
- * (docs/CUDA.md, "LL128").
+ * of a whole aligned 128-byte line must reach the reader as one write,
+ * and its load read one, so that no load sees the flag without the data
+ * beside it. NVLink keeps 128-byte writes whole (NCCL runs LL128 there and
+ * nowhere else between GPUs); PCIe may split a write, and inside one GPU
+ * nothing promises it. So the engine runs LL128 only where every pair of
+ * GPUs is joined by NVLink (sched/tuning.c, weft_tune_ll128_links);
+ * tests/test_gpu_plan.c runs it between ranks of one GPU at kernel level,
+ * where it was measured slower than Simple (docs/CUDA.md, "LL128").
  *
  * Everything else is LL's (proto_ll.cuh): positions, credits and the flag
  * of position pos, pos / nslots + 1, here in both halves of the 8-byte
  * flag word. The slots are the link's LL128 area (as many as LL's, as
- * large), which only LL128 writes, so a stale flag word there is an older
- * one, never data. A slot carries 120 bytes of each 128
+ * large; only in inboxes of communicators that may run it), which only
+ * LL128 writes, so a stale flag word there is an older one, never data. A slot carries 120 bytes of each 128
  * (no more than a Simple slot holds, where reductions are staged); a
  * warp's threads always run a line's loads and stores together
  * (__syncwarp before each), and a last line is padded with zeros.

@@ -141,6 +141,7 @@ static ncclResult_t links_connect(struct ncclComm *comm, struct weft_cuda_engine
       .nchannels = nch,
       .nslots = WEFT_DEV_NSLOTS,
       .slot_bytes = weft_p2p_slot_bytes(comm->rank, comm->nranks, e->cross),
+      .ll128 = weft_tune_ll128_links(comm),
       .cuda_dev = e->dev,
       .cross = e->cross,
       .timeout_s = weft_param_int(WEFT_PARAM_TIMEOUT),
@@ -174,7 +175,8 @@ static ncclResult_t links_connect(struct ncclComm *comm, struct weft_cuda_engine
                                  .nchannels = nch,
                                  .nslots = WEFT_DEV_NSLOTS,
                                  .slot_bytes = setup.slot_bytes,
-                                 .ll_slot_bytes = WEFT_DEV_LL_SLOT_BYTES};
+                                 .ll_slot_bytes = WEFT_DEV_LL_SLOT_BYTES,
+                                 .ll128 = setup.ll128};
   res = weft_dev_conns_upload(&shape, tables, tables + n, &e->conns);
 out:
   free(tables);

@@ -157,7 +157,7 @@ static unsigned algos_allowed(enum weft_func func, int cuda) {
  * PCIe, host memory or the network, and not a path only guessed; not ranks
  * sharing one GPU either, where nothing promises it and LL128 measured
  * slower than Simple at every size (docs/CUDA.md, "LL128"). */
-static int lines_stay_whole(const struct ncclComm *comm) {
+int weft_tune_ll128_links(const struct ncclComm *comm) {
   return comm->gpu_path == WEFT_TUNE_NVLINK;
 }
 
@@ -177,7 +177,7 @@ static unsigned protos_allowed(const struct ncclComm *comm, int kernels, enum we
     return (both & WEFT_PROTOS) == ll ? ll : simple;
   }
   unsigned mask = tuning.proto_mask[func] & WEFT_PROTOS; /* never 0: tuning_load */
-  if (!(mask & ll128) || lines_stay_whole(comm)) return mask;
+  if (!(mask & ll128) || weft_tune_ll128_links(comm)) return mask;
   if (mask == ll128) {
     static atomic_int warned;
     if (atomic_fetch_add(&warned, 1) == 0)

@@ -182,7 +182,8 @@ static ncclResult_t p2p_connect(const struct weft_gpu_setup *s, const unsigned c
   }
   /* Every rank makes an inbox of nranks senders, whichever transport links
    * them, so every rank's inbox has the same layout and a card. */
-  WEFT_CHECK_GOTO(s->inbox->create(s->nranks, s->nchannels, s->slot_bytes, &st->inbox), res, err);
+  WEFT_CHECK_GOTO(s->inbox->create(s->nranks, s->nchannels, s->slot_bytes, s->ll128, &st->inbox),
+                  res, err);
   WEFT_CHECK_GOTO(map_peers(s, peers, st), res, err);
   fill_links(s, peers, st, send, recv);
   *state = st;
