@@ -171,38 +171,27 @@ static void ring_others_grid(int n, int proto) {
   run_proto_grid(n, proto, (struct job){.func = WEFT_FUNC_REDUCESCATTER}, dts, ops, 3);
 }
 
+/* The LL and LL128 grids: _i runs rank_counts[_i % nrank_counts] ranks,
+ * LL for the first nrank_counts values of _i and LL128 for the next. */
+static int grid_proto(int i) {
+  return i < nrank_counts ? WEFT_PROTO_LL : WEFT_PROTO_LL128;
+}
+
 START_TEST(ll_ring_allreduce) {
-  ring_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL);
+  ring_allreduce_grid(rank_counts[_i % nrank_counts], grid_proto(_i));
 }
 END_TEST
 
 START_TEST(ll_tree_allreduce) {
-  tree_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL);
+  tree_allreduce_grid(rank_counts[_i % nrank_counts], grid_proto(_i));
 }
 END_TEST
 
 START_TEST(ll_ring_others) {
-  ring_others_grid(rank_counts[_i], WEFT_PROTO_LL);
+  ring_others_grid(rank_counts[_i % nrank_counts], grid_proto(_i));
 }
 END_TEST
 
-START_TEST(ll128_ring_allreduce) {
-  ring_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL128);
-}
-END_TEST
-
-START_TEST(ll128_tree_allreduce) {
-  tree_allreduce_grid(rank_counts[_i], WEFT_PROTO_LL128);
-}
-END_TEST
-
-START_TEST(ll128_ring_others) {
-  ring_others_grid(rank_counts[_i], WEFT_PROTO_LL128);
-}
-END_TEST
-
-/* LL128 and LL taking turns on the same FIFOs, job by job: each meets the
- * counters and the stale lines the other left in the LL area. */
 /* On demand only (WEFT_GPU_PLAN_STRESS=N): a protocol's 8-rank AllReduce
  * grid N times over, LL (_i 0) or LL128 (_i 1), the first wrong element
  * failing it; for a protocol whose correctness rests on the hardware
@@ -220,6 +209,8 @@ START_TEST(proto_stress) {
 }
 END_TEST
 
+/* LL128 and LL taking turns on the same FIFOs, job by job: each meets the
+ * counters the other moved. */
 START_TEST(ll128_after_ll) {
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16};
   const ncclRedOp_t ops[] = {ncclSum, ncclSum};
@@ -247,11 +238,10 @@ END_TEST
 /* An LL (_i 0) or LL128 (_i 1) receive whose sender never runs: the wait
  * gives up after the timeout, the error word names the rank that waited,
  * the wait's report names the link and the protocol, the kernel ends. */
-START_TEST(ll_timeout) {
-  const int proto = _i == 0 ? WEFT_PROTO_LL : WEFT_PROTO_LL128;
-  struct ranks rs;
-  ranks_open(&rs, 2, 1);
-  for (int r = 0; r < 2; r++) rs.conns[r].timeout_ns = 200u * 1000000u;
+/* Two ranks' plans of a 4096-float AllReduce on one lane in proto, on
+ * zeroed buffers, built and uploaded but not launched. */
+static struct job two_rank_plans(struct ranks *rs, int proto, void **in, void **out,
+                                 struct weft_dev_plan *plans) {
   struct job j = {.func = WEFT_FUNC_ALLREDUCE,
                   .dt = ncclFloat32,
                   .op = ncclSum,
@@ -259,14 +249,23 @@ START_TEST(ll_timeout) {
                   .chunk_bytes = 1u << 20,
                   .nchannels = 1,
                   .proto = proto};
-  void *in[2], *out[2];
-  struct weft_dev_plan plans[2];
   for (int r = 0; r < 2; r++) {
     CUDA_OK(cudaMalloc(&in[r], j.count * 4));
     CUDA_OK(cudaMalloc(&out[r], j.count * 4));
     CUDA_OK(cudaMemset(in[r], 0, j.count * 4));
   }
-  launch_all(&rs, &j, in, out, plans, 0); /* builds and uploads only */
+  launch_all(rs, &j, in, out, plans, 0);
+  return j;
+}
+
+START_TEST(ll_timeout) {
+  const int proto = _i == 0 ? WEFT_PROTO_LL : WEFT_PROTO_LL128;
+  struct ranks rs;
+  ranks_open(&rs, 2, 1);
+  for (int r = 0; r < 2; r++) rs.conns[r].timeout_ns = 200u * 1000000u;
+  void *in[2], *out[2];
+  struct weft_dev_plan plans[2];
+  struct job j = two_rank_plans(&rs, proto, in, out, plans);
   ck_assert_int_eq(
       weft_dev_plan_launch(&plans[0], &rs.conns[0], in[0], out[0], j.dt, j.op, rs.streams[0]),
       ncclSuccess);
@@ -301,20 +300,9 @@ START_TEST(ll128_needs_slots) {
   links_no_ll128 = 1;
   struct ranks rs;
   ranks_open(&rs, 2, 1);
-  struct job j = {.func = WEFT_FUNC_ALLREDUCE,
-                  .dt = ncclFloat32,
-                  .op = ncclSum,
-                  .count = 4096,
-                  .chunk_bytes = 1u << 20,
-                  .nchannels = 1,
-                  .proto = WEFT_PROTO_LL128};
   void *in[2], *out[2];
   struct weft_dev_plan plans[2];
-  for (int r = 0; r < 2; r++) {
-    CUDA_OK(cudaMalloc(&in[r], j.count * 4));
-    CUDA_OK(cudaMalloc(&out[r], j.count * 4));
-  }
-  launch_all(&rs, &j, in, out, plans, 0); /* builds and uploads only */
+  struct job j = two_rank_plans(&rs, WEFT_PROTO_LL128, in, out, plans);
   for (int r = 0; r < 2; r++) {
     ck_assert_int_eq(
         weft_dev_plan_launch(&plans[r], &rs.conns[r], in[r], out[r], j.dt, j.op, rs.streams[r]),
@@ -408,12 +396,9 @@ int main(void) {
   tcase_add_loop_test(tc, tree_allreduce, 0, nrank_counts);
   tcase_add_loop_test(tc, ring_others, 0, nrank_counts);
   tcase_add_loop_test(tc, speed, 0, small || getenv("WEFT_GPU_PLAN_NO_SPEED") ? 0 : 2);
-  tcase_add_loop_test(tc, ll_ring_allreduce, 0, nrank_counts);
-  tcase_add_loop_test(tc, ll_tree_allreduce, 0, nrank_counts);
-  tcase_add_loop_test(tc, ll_ring_others, 0, nrank_counts);
-  tcase_add_loop_test(tc, ll128_ring_allreduce, 0, nrank_counts);
-  tcase_add_loop_test(tc, ll128_tree_allreduce, 0, nrank_counts);
-  tcase_add_loop_test(tc, ll128_ring_others, 0, nrank_counts);
+  tcase_add_loop_test(tc, ll_ring_allreduce, 0, 2 * nrank_counts);
+  tcase_add_loop_test(tc, ll_tree_allreduce, 0, 2 * nrank_counts);
+  tcase_add_loop_test(tc, ll_ring_others, 0, 2 * nrank_counts);
   tcase_add_loop_test(tc, ll128_after_ll, 0, nrank_counts);
   tcase_add_loop_test(tc, sys_scope, 0, nrank_counts);
   if (getenv("WEFT_GPU_PLAN_STRESS") != NULL) tcase_add_loop_test(tc, proto_stress, 0, 2);

@@ -46,17 +46,17 @@ __device__ __forceinline__ int run_lane(const exec_args &x, const weft_dev_lane 
     if (tid < EXEC_HALF) {
       if (s.flags & WEFT_STEP_SEND) {
         if constexpr (PROTO == WEFT_PROTO_LL)
-          ll_send(x, l, s, tid, stop);
+          flag_send<ll_proto>(x, l, s, tid, stop);
         else if constexpr (PROTO == WEFT_PROTO_LL128)
-          ll128_send(x, l, s, tid, stop);
+          flag_send<ll128_proto>(x, l, s, tid, stop);
         else
           exec_send(x, l, s, tid, stop);
       }
     } else if (s.flags & WEFT_STEP_RECV) {
       if constexpr (PROTO == WEFT_PROTO_LL)
-        ll_recv(x, l, s, tid - EXEC_HALF, stop);
+        flag_recv<ll_proto>(x, l, s, tid - EXEC_HALF, stop);
       else if constexpr (PROTO == WEFT_PROTO_LL128)
-        ll128_recv(x, l, s, tid - EXEC_HALF, stop);
+        flag_recv<ll128_proto>(x, l, s, tid - EXEC_HALF, stop);
       else
         exec_recv(x, l, s, tid - EXEC_HALF, stop);
     }

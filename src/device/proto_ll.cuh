@@ -87,50 +87,58 @@ __device__ inline void ll_write(uint4 *slot, uint32_t flag, const char *src, siz
 }
 
 /* Simple's reduction of a staged slot, called rather than inlined: it
- * holds every datatype and op, and inlined into ll_recv it would share
+ * holds every datatype and op, and inlined into flag_recv it would share
  * the polling loop's registers (the kernel runs at the 128 cap). */
 static __device__ __noinline__ void ll_reduce_out(const exec_args &x, const recv_target &r,
                                                   size_t off, const char *in, size_t n, int t) {
   recv_out(x, r, off, in, n, t);
 }
 
-static __device__ inline int ll_send(const exec_args &x, const weft_dev_lane &l, const weft_step &s,
-                                     int t, int *stop) {
+/* The slot loops LL and LL128 (proto_ll128.cuh) share. A protocol P
+ * names its slot area of a link (area), a slot's payload (pay), the flag
+ * of a position (flag) and its line writer and reader (write, read; read
+ * returns 0 when a wait failed). Credits are Simple's; the tail the
+ * sender stores after its last slot is bookkeeping only (the flags carry
+ * the data, so no fence before it). */
+template <typename P>
+static __device__ inline int flag_send(const exec_args &x, const weft_dev_lane &l,
+                                       const weft_step &s, int t, int *stop) {
   const weft_dev_link c = link_of(x, s.send_peer, l.channel, 1);
   const char *src = buf_of(x, l, s.send_buf, s.send_off);
-  const size_t sb = x.conns.ll_slot_bytes, pay = sb / 2;
+  const size_t sb = x.conns.ll_slot_bytes, pay = P::pay(x.conns);
   const int ns = x.conns.nslots;
   const int al = align8(src); /* offsets below are multiples of pay, itself of 8 */
   uint64_t pos = *(volatile uint64_t *)c.tail, head = 0;
   for (size_t off = 0; off < s.send_bytes; off += pay, pos++) {
     size_t n = s.send_bytes - off < pay ? s.send_bytes - off : pay;
-    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_LL, pos, &head, t, stop)) return 0;
-    ll_write((uint4 *)(c.ll + (pos % ns) * sb), ll_flag(pos, ns), src + off, n, al, t);
+    if (!half_wait_free(x, c, s.send_peer, l.channel, P::id, pos, &head, t, stop)) return 0;
+    P::write(P::area(c) + (pos % ns) * sb, P::flag(pos, ns), src + off, n, al, t);
   }
-  /* Bookkeeping only: the flags carry the data, so no fence before it. */
   if (t == 0 && s.send_bytes > 0) st_relaxed(c.tail, pos);
   return 1;
 }
 
 /* One receive's slots: copied from the lines straight to the destination
- * (COPY), or staged and reduced (ll_reduce_out). Two instantiations, so
- * the copy's loop, the one with the most registers (ll_read into any
- * alignment), holds nothing for a call it never makes: a value live
- * across a call needs a register the call leaves alone. */
-template <bool COPY>
-__device__ __forceinline__ int ll_recv_slots(const exec_args &x, const weft_dev_lane &l,
-                                             const weft_step &s, const weft_dev_link &c,
-                                             const recv_target &r, int t, int *stop) {
-  const size_t sb = x.conns.ll_slot_bytes, pay = sb / 2;
+ * (COPY), or staged in the Simple slot of the same position (unused by a
+ * launch of these protocols, and the receiver's until it publishes the
+ * head) and reduced (ll_reduce_out). Two instantiations, so the copy's
+ * loop, the one with the most registers (the read into any alignment),
+ * holds nothing for a call it never makes: a value live across a call
+ * needs a register the call leaves alone. */
+template <typename P, bool COPY>
+__device__ __forceinline__ int flag_recv_slots(const exec_args &x, const weft_dev_lane &l,
+                                               const weft_step &s, const weft_dev_link &c,
+                                               const recv_target &r, int t, int *stop) {
+  const size_t sb = x.conns.ll_slot_bytes, pay = P::pay(x.conns);
   const int ns = x.conns.nslots;
   const int al = COPY ? align8(r.dst) : 8;
   uint64_t pos = *(volatile uint64_t *)c.head;
   for (size_t off = 0; off < s.recv_bytes; off += pay, pos++) {
     size_t n = s.recv_bytes - off < pay ? s.recv_bytes - off : pay;
-    const uint4 *slot = (const uint4 *)(c.ll + (pos % ns) * sb);
+    const char *slot = P::area(c) + (pos % ns) * sb;
     char *stage = c.slots + (pos % ns) * x.conns.slot_bytes;
-    const wait_site w = {WEFT_DEV_WAIT_DATA, s.recv_peer, l.channel, WEFT_PROTO_LL, pos};
-    int failed = !ll_read(x, w, slot, ll_flag(pos, ns), n, COPY ? r.dst + off : stage, al, t);
+    const wait_site w = {WEFT_DEV_WAIT_DATA, s.recv_peer, l.channel, P::id, pos};
+    int failed = !P::read(x, w, slot, P::flag(pos, ns), n, COPY ? r.dst + off : stage, al, t);
     if (failed) stop_set(stop);
     if (half_sync_any(2, failed || (t == 0 && stop_seen(stop)))) return 0;
     if (!COPY) {
@@ -145,12 +153,32 @@ __device__ __forceinline__ int ll_recv_slots(const exec_args &x, const weft_dev_
 /* Inlined into the kernel, as Simple's exec_recv is: called, it kept the
  * kernel's values across the call in registers saved on its entry, which
  * ptxas counted as spills (116 bytes stored, 164 loaded). */
-static __device__ inline int ll_recv(const exec_args &x, const weft_dev_lane &l, const weft_step &s,
-                                     int t, int *stop) {
+template <typename P>
+static __device__ inline int flag_recv(const exec_args &x, const weft_dev_lane &l,
+                                       const weft_step &s, int t, int *stop) {
   const weft_dev_link c = link_of(x, s.recv_peer, l.channel, 0);
   const recv_target r = recv_target_of(x, l, s);
-  if (recv_is_copy(r)) return ll_recv_slots<true>(x, l, s, c, r, t, stop);
-  return ll_recv_slots<false>(x, l, s, c, r, t, stop);
+  if (recv_is_copy(r)) return flag_recv_slots<P, true>(x, l, s, c, r, t, stop);
+  return flag_recv_slots<P, false>(x, l, s, c, r, t, stop);
 }
+
+/* LL for flag_send and flag_recv: 16-byte lines, half of a slot data. */
+struct ll_proto {
+  static constexpr int id = WEFT_PROTO_LL;
+  static __device__ __forceinline__ char *area(const weft_dev_link &c) { return c.ll; }
+  static __device__ __forceinline__ size_t pay(const weft_dev_conns &c) {
+    return c.ll_slot_bytes / 2;
+  }
+  static __device__ __forceinline__ uint32_t flag(uint64_t pos, int ns) { return ll_flag(pos, ns); }
+  static __device__ __forceinline__ void write(char *slot, uint32_t flag, const char *src,
+                                               size_t n, int al, int t) {
+    ll_write((uint4 *)slot, flag, src, n, al, t);
+  }
+  static __device__ __forceinline__ int read(const exec_args &x, const wait_site &w,
+                                             const char *slot, uint32_t flag, size_t n, char *out,
+                                             int al, int t) {
+    return ll_read(x, w, (const uint4 *)slot, flag, n, out, al, t);
+  }
+};
 
 #endif

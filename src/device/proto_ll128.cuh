@@ -168,59 +168,23 @@ __device__ inline int ll128_read(const exec_args &x, const wait_site &w, const u
   return 1;
 }
 
-static __device__ inline int ll128_send(const exec_args &x, const weft_dev_lane &l,
-                                        const weft_step &s, int t, int *stop) {
-  const weft_dev_link c = link_of(x, s.send_peer, l.channel, 1);
-  const char *src = buf_of(x, l, s.send_buf, s.send_off);
-  const size_t sb = x.conns.ll_slot_bytes, pay = ll128_payload(x.conns);
-  const int ns = x.conns.nslots;
-  const int al = align8(src); /* offsets below are multiples of pay, itself of 8 */
-  uint64_t pos = *(volatile uint64_t *)c.tail, head = 0;
-  for (size_t off = 0; off < s.send_bytes; off += pay, pos++) {
-    size_t n = s.send_bytes - off < pay ? s.send_bytes - off : pay;
-    if (!half_wait_free(x, c, s.send_peer, l.channel, WEFT_PROTO_LL128, pos, &head, t, stop))
-      return 0;
-    ll128_write((uint64_t *)(c.ll128 + (pos % ns) * sb), ll128_flag(pos, ns), src + off, n, al,
-                t);
+/* LL128 for flag_send and flag_recv (proto_ll.cuh). */
+struct ll128_proto {
+  static constexpr int id = WEFT_PROTO_LL128;
+  static __device__ __forceinline__ char *area(const weft_dev_link &c) { return c.ll128; }
+  static __device__ __forceinline__ size_t pay(const weft_dev_conns &c) { return ll128_payload(c); }
+  static __device__ __forceinline__ uint64_t flag(uint64_t pos, int ns) {
+    return ll128_flag(pos, ns);
   }
-  /* Bookkeeping only, as LL's. */
-  if (t == 0 && s.send_bytes > 0) st_relaxed(c.tail, pos);
-  return 1;
-}
-
-/* One receive's slots, as LL's (ll_recv_slots): straight to the
- * destination, or staged in the Simple slot and reduced. */
-template <bool COPY>
-__device__ __forceinline__ int ll128_recv_slots(const exec_args &x, const weft_dev_lane &l,
-                                                const weft_step &s, const weft_dev_link &c,
-                                                const recv_target &r, int t, int *stop) {
-  const size_t sb = x.conns.ll_slot_bytes, pay = ll128_payload(x.conns);
-  const int ns = x.conns.nslots;
-  const int al = COPY ? align8(r.dst) : 8;
-  uint64_t pos = *(volatile uint64_t *)c.head;
-  for (size_t off = 0; off < s.recv_bytes; off += pay, pos++) {
-    size_t n = s.recv_bytes - off < pay ? s.recv_bytes - off : pay;
-    const uint64_t *slot = (const uint64_t *)(c.ll128 + (pos % ns) * sb);
-    char *stage = c.slots + (pos % ns) * x.conns.slot_bytes;
-    const wait_site w = {WEFT_DEV_WAIT_DATA, s.recv_peer, l.channel, WEFT_PROTO_LL128, pos};
-    int failed = !ll128_read(x, w, slot, ll128_flag(pos, ns), n, COPY ? r.dst + off : stage, al, t);
-    if (failed) stop_set(stop);
-    if (half_sync_any(2, failed || (t == 0 && stop_seen(stop)))) return 0;
-    if (!COPY) {
-      ll_reduce_out(x, r, off, stage, n, t);
-      half_sync(2);
-    }
-    if (t == 0) st_release(c.head, pos + 1, c.sys);
+  static __device__ __forceinline__ void write(char *slot, uint64_t flag, const char *src,
+                                               size_t n, int al, int t) {
+    ll128_write((uint64_t *)slot, flag, src, n, al, t);
   }
-  return 1;
-}
-
-static __device__ inline int ll128_recv(const exec_args &x, const weft_dev_lane &l,
-                                        const weft_step &s, int t, int *stop) {
-  const weft_dev_link c = link_of(x, s.recv_peer, l.channel, 0);
-  const recv_target r = recv_target_of(x, l, s);
-  if (recv_is_copy(r)) return ll128_recv_slots<true>(x, l, s, c, r, t, stop);
-  return ll128_recv_slots<false>(x, l, s, c, r, t, stop);
-}
+  static __device__ __forceinline__ int read(const exec_args &x, const wait_site &w,
+                                             const char *slot, uint64_t flag, size_t n, char *out,
+                                             int al, int t) {
+    return ll128_read(x, w, (const uint64_t *)slot, flag, n, out, al, t);
+  }
+};
 
 #endif
