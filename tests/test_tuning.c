@@ -249,6 +249,14 @@ START_TEST(ll128_nvlink_only) {
     ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_SEND, 4096, 4, &t), ncclSuccess);
     ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
   }
+  /* NVLink between GPUs, but two of the ranks on one GPU. */
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  c.gpu_shared = 1;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
+  ck_assert(!weft_tune_ll128_links(&c));
+  c.gpu_shared = 0;
+  ck_assert(weft_tune_ll128_links(&c));
 }
 END_TEST
 

@@ -100,6 +100,9 @@ struct ncclComm {
    * topology knows (core/comm_topo.c). Over every pair, so the same on
    * every rank that sees the same topology. */
   int gpu_path;
+  /* Some two ranks share a GPU (an NVLink communicator may have pairs on
+   * one GPU too: the worst pair is what gpu_path says). */
+  int gpu_shared;
   /* The NIC nearest this rank's GPU in the topology (core/comm_topo.c):
    * its name and port as the topology has them (net_nic[0] == '\0': none
    * known), the path type to it (enum weft_topo_path) and whether

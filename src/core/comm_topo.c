@@ -379,6 +379,10 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm) {
   }
   WEFT_CHECK_GOTO(decide_transports(comm, t, gpus), res, out);
   comm->gpu_path = weft_comm_gpu_path(comm, t, gpus);
+  comm->gpu_shared = 0;
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++)
+      comm->gpu_shared |= weft_peer_same_gpu(&comm->peers[a], &comm->peers[b]);
   WEFT_CHECK_GOTO(choose_nic(comm, t, gpus[comm->rank]), res, out);
   comm->host_channels = weft_comm_host_channels(comm->peers, comm->nranks, t->policy.shm_disable);
   WEFT_CHECK_GOTO(decide_ring(comm, t, gpus), res, out);

@@ -154,11 +154,11 @@ static unsigned algos_allowed(enum weft_func func, int cuda) {
 /* Whether every link of the communicator keeps a 128-byte line whole, as
  * LL128 needs (device/proto_ll128.cuh): GPUs joined by NVLink, by the
  * topology's answer (comm->gpu_path: its worst pair), as NCCL runs it. Not
- * PCIe, host memory or the network, and not a path only guessed; not ranks
- * sharing one GPU either, where nothing promises it and LL128 measured
- * slower than Simple at every size (docs/CUDA.md, "LL128"). */
+ * PCIe, host memory or the network, and not a path only guessed; and no
+ * two ranks on one GPU (comm->gpu_shared), where nothing promises it and
+ * LL128 measured slower than Simple at every size (docs/CUDA.md, "LL128"). */
 int weft_tune_ll128_links(const struct ncclComm *comm) {
-  return comm->gpu_path == WEFT_TUNE_NVLINK;
+  return comm->gpu_path == WEFT_TUNE_NVLINK && !comm->gpu_shared;
 }
 
 /* The protocols it may pick (bits of PROTO_*): NCCL_PROTO's on the CUDA

@@ -33,8 +33,8 @@ const struct weft_tune_fit *weft_tune_fit_find(enum weft_tune_path path, enum we
 void weft_tune_fits_use(const struct weft_tune_fit *rows, int n);
 
 /* Whether comm's links keep a 128-byte line whole, so that LL128 may run
- * (every pair of its GPUs joined by NVLink): the inboxes have LL128 slots
- * only then. The same on every rank. */
+ * (every pair of ranks on two GPUs joined by NVLink): the inboxes have
+ * LL128 slots only then. The same on every rank. */
 int weft_tune_ll128_links(const struct ncclComm *comm);
 
 /* Most channels a collective uses: NCCL_MAX_NCHANNELS when set, else a
