@@ -23,6 +23,7 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "base/dtype.h"
+#include "base/param.h"
 #include "exec/engine.h"
 #include "weft_config.h"
 
@@ -94,10 +95,9 @@ static int device_reads_pageable(int dev) {
   return known == 2;
 }
 
-/* ncclInvalidArgument, with a WARN, unless comm's GPU can read and write
- * p. */
-static ncclResult_t check_reach(const struct ncclComm *comm, const char *caller, const char *name,
-                                const void *p) {
+/* What CUDA says of p, for check_reach. */
+static ncclResult_t check_reach_ask(const struct ncclComm *comm, const char *caller,
+                                    const char *name, const void *p) {
   int dev = comm->cuda_dev;
   struct cudaPointerAttributes attr;
   memset(&attr, 0, sizeof(attr));
@@ -131,6 +131,43 @@ static ncclResult_t check_reach(const struct ncclComm *comm, const char *caller,
           caller, comm->rank, name, p, dev);
       return ncclInvalidArgument;
   }
+}
+
+/* Pointers that passed check_reach on this thread, with the GPU they
+ * passed for: asking CUDA (cudaPointerGetAttributes) cost 0.1-0.3 us a
+ * buffer on the H200 machine, which made a one-rank in-place call
+ * 0.2-0.3 us slower than NCCL's, which asks nothing unless
+ * NCCL_CHECK_POINTERS=1 (docs/PERFORMANCE.md, "Eleventh pass"). A hit
+ * skips the question unless NCCL_CHECK_POINTERS=1. */
+#define REACHED_MAX 64
+static _Thread_local struct {
+  const void *p;
+  int dev;
+} reached[REACHED_MAX];
+static _Thread_local unsigned reached_next;
+
+static int reached_before(const void *p, int dev) {
+  for (int i = 0; i < REACHED_MAX; i++)
+    if (reached[i].p == p && reached[i].dev == dev) return 1;
+  return 0;
+}
+
+static void reached_add(const void *p, int dev) {
+  reached[reached_next % REACHED_MAX].p = p;
+  reached[reached_next % REACHED_MAX].dev = dev;
+  reached_next++;
+}
+
+/* ncclInvalidArgument, with a WARN, unless comm's GPU can read and write
+ * p (asked once per buffer and thread, or on every call with
+ * NCCL_CHECK_POINTERS=1). */
+static ncclResult_t check_reach(const struct ncclComm *comm, const char *caller, const char *name,
+                                const void *p) {
+  int every = weft_param_int(WEFT_PARAM_CHECK_POINTERS) != 0;
+  if (!every && reached_before(p, comm->cuda_dev)) return ncclSuccess;
+  WEFT_CHECK(check_reach_ask(comm, caller, name, p));
+  if (!every) reached_add(p, comm->cuda_dev);
+  return ncclSuccess;
 }
 #endif
 
