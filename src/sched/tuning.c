@@ -183,9 +183,10 @@ static unsigned protos_allowed(const struct ncclComm *comm, int kernels, enum we
     if (atomic_fetch_add(&warned, 1) == 0)
       WARN(
           "NCCL_PROTO=%s: LL128 needs links that keep a 128-byte line whole (NVLink between "
-          "GPUs); this communicator's are %s links, where nothing promises it (a line's flag "
+          "GPUs); this communicator's are %s links%s, where nothing promises it (a line's flag "
           "could be read before its data): running Simple",
-          weft_param_str(WEFT_PARAM_PROTO), weft_tune_path_name(tune_path(comm, kernels)));
+          weft_param_str(WEFT_PARAM_PROTO), weft_tune_path_name(tune_path(comm, kernels)),
+          comm->gpu_shared ? " and some of its ranks share a GPU" : "");
     return simple;
   }
   return mask & ~ll128;
