@@ -1,6 +1,6 @@
 /* Launches a rank's plan, or a group's plans fused: the checks, the
  * kernel's arguments, and the protocol's kernel (plan_kernel.cuh, compiled
- * in plan_simple.cu, plan_ll.cu and plan_ll128.cu). And loads every kernel of the engine
+ * in plan_simple.cu and plan_ll.cu). And loads every kernel of the engine
  * up front. */
 #include "device/dev_check.cuh"
 #include "device/plan_kernel.cuh"

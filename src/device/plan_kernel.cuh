@@ -18,9 +18,9 @@
  * that time-slice one GPU. Every wait is bounded (conns.timeout_ns) and a
  * timeout is reported, not hung.
  *
- * plan_simple.cu, plan_ll.cu and plan_ll128.cu each compile one
- * protocol's kernel (translation units that build in parallel);
- * plan_exec.cu launches them. */
+ * plan_simple.cu compiles Simple's kernels and plan_ll.cu LL's and
+ * LL128's (translation units that build in parallel); plan_exec.cu
+ * launches them. */
 #ifndef WEFT_DEVICE_PLAN_KERNEL_CUH
 #define WEFT_DEVICE_PLAN_KERNEL_CUH
 
@@ -165,9 +165,9 @@ cudaError_t weft_plan_launch_ll128(exec_args x, int nlanes, cudaStream_t stream)
   }
 
 /* Defines one protocol's launchers (plan and fused) and loader;
- * plan_simple.cu and plan_ll.cu each hold one. LL128 (plan_ll128.cu) has
- * the plan kernel only: the engine never fuses its collectives
- * (exec/engine_cuda.c). */
+ * plan_simple.cu and plan_ll.cu each hold one. LL128 (WEFT_PLAN_KERNEL,
+ * in plan_ll.cu) has the plan kernel only: the engine never fuses its
+ * collectives (exec/engine_cuda.c). */
 #define WEFT_PLAN_KERNELS(name, PROTO)                                                    \
   cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) {     \
     void *args[] = {&x};                                                                  \

@@ -44,7 +44,7 @@ static ncclResult_t cuda_call(struct ncclComm *comm, const struct weft_engine_op
 /* Whether a collective can share a kernel with others: PreMulSum and
  * Direct launch kernels of their own, and one rank's are copies. */
 /* LL128 has no fused kernel (device/plan_kernel.cuh: it would cost the
- * build 17 CPU-seconds for a protocol that runs over NVLink only). */
+ * build several CPU-seconds for a protocol that runs over NVLink only). */
 static int cuda_fusable(const struct ncclComm *comm, const struct weft_engine_op *op,
                         const struct weft_cuda_call *c) {
   return !op->redop.premul_sum && c->algo != WEFT_ALGO_DIRECT && c->proto != WEFT_PROTO_LL128 &&
