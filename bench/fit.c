@@ -57,7 +57,6 @@ int fit_line_solve(const double *x, const double *t, int n, double min_x, double
 
 int fit_config_name(const char *name, struct fit_config *c) {
   static const char *const algos[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
-  static const char *const protos[WEFT_PROTO_COUNT] = {"Simple", "LL", "LL128"};
   memset(c, 0, sizeof(*c));
   if (strcasecmp(name, "default") == 0) {
     c->is_default = 1;
@@ -72,11 +71,11 @@ int fit_config_name(const char *name, struct fit_config *c) {
         strncasecmp(name, algos[i], (size_t)(slash - name)) == 0)
       a = i;
   for (int i = 0; i < WEFT_PROTO_COUNT; i++)
-    if (strcasecmp(slash + 1, protos[i]) == 0) p = i;
+    if (strcasecmp(slash + 1, weft_proto_name(i)) == 0) p = i;
   if (a < 0 || p < 0) return -1;
   c->algo = (enum weft_algo)a;
   c->proto = (enum weft_proto)p;
-  snprintf(c->name, sizeof(c->name), "%s/%s", algos[a], protos[p]);
+  snprintf(c->name, sizeof(c->name), "%s/%s", algos[a], weft_proto_name(p));
   return 0;
 }
 

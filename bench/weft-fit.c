@@ -40,7 +40,6 @@ static const char *const algo_ids[WEFT_ALGO_COUNT] = {"WEFT_ALGO_RING", "WEFT_AL
 static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
 static const char *const proto_ids[WEFT_PROTO_COUNT] = {"WEFT_PROTO_SIMPLE", "WEFT_PROTO_LL",
                                                         "WEFT_PROTO_LL128"};
-static const char *const proto_names[WEFT_PROTO_COUNT] = {"Simple", "LL", "LL128"};
 
 /* weft-bench's collective names the model knows, as enum weft_func. */
 static const struct {
@@ -192,7 +191,7 @@ static void print_rows(const struct opts *o, struct fit_config *cfg, int ncfg, i
     printf("    {%s, %s, %s, %s, %d, %.6g, %.6g, 1,\n     \"%s %s: NCCL_ALGO=%s NCCL_PROTO=%s ",
            path >= 0 ? path_ids[path] : "WEFT_TUNE_PATH_NOT_GIVEN", funcs[f].id,
            algo_ids[cfg[c].algo], proto_ids[cfg[c].proto], n, cfg[c].line.alpha_us / ca, beta,
-           o->machine, o->date, algo_names[cfg[c].algo], proto_names[cfg[c].proto]);
+           o->machine, o->date, algo_names[cfg[c].algo], weft_proto_name(cfg[c].proto));
     put_literal(o->command != NULL ? o->command : "(command not given)");
     printf("\"}, /* %.4g us", cfg[c].line.alpha_us);
     if (cfg[c].line.beta > 0)

@@ -231,12 +231,11 @@ void run_job(struct ranks *rs, const struct job *j) {
   launch_all(rs, j, din, dout, plans, 1);
   wait_all(rs, j);
   char what[160];
-  snprintf(what, sizeof(what), "%s%s%s dt %d op %d, %d ranks, count %zu, chunk %zu, %s",
-           j->proto == WEFT_PROTO_LL      ? "LL "
-           : j->proto == WEFT_PROTO_LL128 ? "LL128 "
-                                          : "",
-           j->tree ? "tree " : "", weft_func_name(j->func), (int)j->dt, (int)j->op, n, j->count,
-           j->chunk_bytes, j->inplace ? "in place" : "out of place");
+  snprintf(what, sizeof(what), "%s%s%s%s dt %d op %d, %d ranks, count %zu, chunk %zu, %s",
+           j->proto != WEFT_PROTO_SIMPLE ? weft_proto_name(j->proto) : "",
+           j->proto != WEFT_PROTO_SIMPLE ? " " : "", j->tree ? "tree " : "",
+           weft_func_name(j->func), (int)j->dt, (int)j->op, n, j->count, j->chunk_bytes,
+           j->inplace ? "in place" : "out of place");
   for (int r = 0; r < n; r++) check_output(j, n, hin, dout[r], r, hout, what);
   for (int r = 0; r < n; r++) {
     weft_dev_plan_free(&plans[r]);

@@ -139,18 +139,6 @@ static void run_proto_grid(int n, int proto, struct job base, const ncclDataType
   run_protos_grid(n, &proto, 1, base, dts, ops, ndt);
 }
 
-static void run_ll_grid(int n, struct job base, const ncclDataType_t *dts, const ncclRedOp_t *ops,
-                        int ndt) {
-  run_proto_grid(n, WEFT_PROTO_LL, base, dts, ops, ndt);
-}
-
-/* LL128 (proto_ll128.cuh) through the same grid, and LL right after it on
- * the same FIFOs (the LL area where both leave their flags). */
-static void run_ll128_grid(int n, struct job base, const ncclDataType_t *dts,
-                           const ncclRedOp_t *ops, int ndt) {
-  run_proto_grid(n, WEFT_PROTO_LL128, base, dts, ops, ndt);
-}
-
 static void ring_allreduce_grid(int n, int proto) {
   const ncclDataType_t dts[] = {ncclFloat32, ncclFloat16, ncclInt8};
   const ncclRedOp_t ops[] = {ncclAvg, ncclSum, ncclMax};
@@ -204,7 +192,7 @@ START_TEST(proto_stress) {
   int reps = env != NULL ? atoi(env) : 0;
   for (int k = 0; k < reps; k++)
     run_proto_grid(8, proto, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 3);
-  printf("proto_stress: %s, %d grids of 8 ranks passed\n", _i == 0 ? "LL" : "LL128", reps);
+  printf("proto_stress: %s, %d grids of 8 ranks passed\n", weft_proto_name(proto), reps);
   fflush(stdout);
 }
 END_TEST
@@ -229,8 +217,8 @@ START_TEST(sys_scope) {
   links_cross = 1;
   run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
   run_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE, .tree = 1}, dts, ops, 1);
-  run_ll_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
-  run_ll128_grid(n, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
+  run_proto_grid(n, WEFT_PROTO_LL, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
+  run_proto_grid(n, WEFT_PROTO_LL128, (struct job){.func = WEFT_FUNC_ALLREDUCE}, dts, ops, 1);
   links_cross = 0;
 }
 END_TEST

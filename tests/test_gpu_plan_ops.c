@@ -372,8 +372,7 @@ static void fused_run(struct ranks *rs, int proto, unsigned *const *barrier) {
                      ncclInternalError);
   }
   char name[64];
-  snprintf(name, sizeof(name), "%s fused launch of %d collectives",
-           proto == WEFT_PROTO_LL ? "LL" : "Simple", NFUSED);
+  snprintf(name, sizeof(name), "%s fused launch of %d collectives", weft_proto_name(proto), NFUSED);
   wait_all_named(rs, name);
   for (int k = 0; k < NFUSED; k++) {
     const struct job *j = &jobs[k];

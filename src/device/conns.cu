@@ -154,9 +154,7 @@ extern "C" void weft_dev_wait_describe(const struct weft_dev_wait_diag *d, int n
   /* Host-mapped and written by the device: read once, as it stands. */
   weft_dev_wait_diag v;
   memcpy(&v, (const void *)d, sizeof(v));
-  const char *proto = v.proto == WEFT_PROTO_LL      ? "LL"
-                      : v.proto == WEFT_PROTO_LL128 ? "LL128"
-                                                    : "Simple";
+  const char *proto = weft_proto_name((int)v.proto);
   if (!v.claimed || nslots <= 0)
     snprintf(buf, len, "no wait recorded its state");
   else if (v.dir == WEFT_DEV_WAIT_PEER_READY)

@@ -152,16 +152,20 @@ cudaError_t weft_fused_launch_simple(fused_args a, int nctas, cudaStream_t strea
 cudaError_t weft_fused_launch_ll(fused_args a, int nctas, cudaStream_t stream);
 cudaError_t weft_plan_launch_ll128(exec_args x, int nlanes, cudaStream_t stream);
 
-/* Defines one protocol's plan-kernel launcher and loader. */
-#define WEFT_PLAN_KERNEL(name, PROTO)                                                 \
+/* One protocol's plan-kernel launcher. */
+#define WEFT_PLAN_LAUNCHER(name, PROTO)                                               \
   cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) { \
     void *args[] = {&x};                                                              \
     return cudaLaunchKernel((const void *)weft_plan_kernel<PROTO>, dim3(nlanes),      \
                             dim3(EXEC_THREADS), args, 0, stream);                     \
-  }                                                                                   \
-  cudaError_t weft_plan_load_##name(void) {                                           \
-    cudaFuncAttributes attr;                                                          \
-    return cudaFuncGetAttributes(&attr, weft_plan_kernel<PROTO>);                     \
+  }
+
+/* Defines one protocol's plan-kernel launcher and loader. */
+#define WEFT_PLAN_KERNEL(name, PROTO)                             \
+  WEFT_PLAN_LAUNCHER(name, PROTO)                                 \
+  cudaError_t weft_plan_load_##name(void) {                       \
+    cudaFuncAttributes attr;                                      \
+    return cudaFuncGetAttributes(&attr, weft_plan_kernel<PROTO>); \
   }
 
 /* Defines one protocol's launchers (plan and fused) and loader;
@@ -169,11 +173,7 @@ cudaError_t weft_plan_launch_ll128(exec_args x, int nlanes, cudaStream_t stream)
  * in plan_ll.cu) has the plan kernel only: the engine never fuses its
  * collectives (exec/engine_cuda.c). */
 #define WEFT_PLAN_KERNELS(name, PROTO)                                                    \
-  cudaError_t weft_plan_launch_##name(exec_args x, int nlanes, cudaStream_t stream) {     \
-    void *args[] = {&x};                                                                  \
-    return cudaLaunchKernel((const void *)weft_plan_kernel<PROTO>, dim3(nlanes),          \
-                            dim3(EXEC_THREADS), args, 0, stream);                         \
-  }                                                                                       \
+  WEFT_PLAN_LAUNCHER(name, PROTO)                                                         \
   cudaError_t weft_fused_launch_##name(fused_args a, int nctas, cudaStream_t stream) {    \
     void *args[] = {&a};                                                                  \
     return cudaLaunchKernel((const void *)weft_fused_kernel<PROTO>, dim3(nctas),          \

@@ -54,6 +54,12 @@ enum weft_proto {
   WEFT_PROTO_COUNT
 };
 
+/* "Simple", "LL", "LL128": NCCL's names, as NCCL_PROTO spells them. */
+static inline const char *weft_proto_name(int proto) {
+  static const char *const names[WEFT_PROTO_COUNT] = {"Simple", "LL", "LL128"};
+  return proto >= 0 && proto < WEFT_PROTO_COUNT ? names[proto] : "Unknown";
+}
+
 enum weft_step_flags {
   WEFT_STEP_SEND = 1u << 0,   /* send send_bytes from send_buf+send_off to send_peer */
   WEFT_STEP_RECV = 1u << 1,   /* receive recv_bytes from recv_peer */

@@ -69,7 +69,6 @@ _Static_assert(PROTO_SIMPLE == (int)WEFT_PROTO_SIMPLE && PROTO_LL == (int)WEFT_P
  * weft_func order. */
 #define WEFT_ALGOS ((1u << WEFT_ALGO_COUNT) - 1)
 static const char *const algo_names[WEFT_ALGO_COUNT] = {"Ring", "Tree", "Direct"};
-static const char *const proto_names[PROTO_NCCL_COUNT] = {"Simple", "LL", "LL128"};
 
 static struct {
   unsigned algo_mask[WEFT_FUNC_COUNT];  /* bit per enum weft_algo */
@@ -390,7 +389,7 @@ ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum wef
   INFO(WEFT_TUNING,
        "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s%s)",
        weft_func_name(func), bytes, n, weft_tune_path_name(path), algo_names[out->algo],
-       proto_names[out->proto],
+       weft_proto_name(out->proto),
        simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
        out->nchannels == 1 ? "" : "s", out->chunk_bytes, c.us,
        out->fitted ? "fitted" : "placeholder", own ? ", the ranks' own buffers" : "");
