@@ -29,6 +29,11 @@ struct group_task {
 };
 
 static _Thread_local int group_depth;
+/* The operations of the open group: in inline_tasks while they fit (a
+ * group of a few sends and receives then allocates nothing), else on the
+ * heap. */
+#define GROUP_INLINE 8
+static _Thread_local struct group_task inline_tasks[GROUP_INLINE];
 static _Thread_local struct group_task *tasks;
 static _Thread_local size_t ntasks;
 static _Thread_local size_t cap_tasks;
@@ -183,13 +188,19 @@ static void op_fill(struct weft_engine_op *op, const struct weft_coll *coll,
 
 static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *coll,
                               const struct weft_redop_use *use, void *stream) {
+  if (cap_tasks == 0) {
+    tasks = inline_tasks;
+    cap_tasks = GROUP_INLINE;
+  }
   if (ntasks == cap_tasks) {
-    size_t cap = cap_tasks ? cap_tasks * 2 : 16;
-    struct group_task *grown = realloc(tasks, cap * sizeof(*grown));
+    size_t cap = cap_tasks * 2;
+    struct group_task *grown =
+        tasks == inline_tasks ? malloc(cap * sizeof(*grown)) : realloc(tasks, cap * sizeof(*grown));
     if (grown == NULL) {
       WARN("rank %d: out of memory for %zu grouped operations", comm->rank, cap);
       return ncclSystemError;
     }
+    if (tasks == inline_tasks) memcpy(grown, inline_tasks, ntasks * sizeof(*grown));
     tasks = grown;
     cap_tasks = cap;
   }
@@ -201,7 +212,7 @@ static ncclResult_t push_task(struct ncclComm *comm, const struct weft_coll *col
 
 /* Freed, not kept, so a thread that ends leaves nothing behind. */
 static void clear_tasks(void) {
-  free(tasks);
+  if (tasks != inline_tasks) free(tasks);
   tasks = NULL;
   ntasks = cap_tasks = 0;
 }
@@ -232,7 +243,8 @@ static ncclResult_t launch_tasks(void) {
     clear_tasks(); /* a group whose operations were all forgotten */
     return ncclSuccess;
   }
-  struct weft_engine_op *ops = malloc(ntasks * sizeof(*ops));
+  struct weft_engine_op few[GROUP_INLINE];
+  struct weft_engine_op *ops = ntasks <= GROUP_INLINE ? few : malloc(ntasks * sizeof(*ops));
   if (ops == NULL) {
     WARN("rank %d: out of memory queuing %zu grouped operations", tasks[0].comm->rank, ntasks);
     clear_tasks();
@@ -252,7 +264,7 @@ static ncclResult_t launch_tasks(void) {
     ncclResult_t r = tasks[i].comm->engine->group_wait(tasks[i].comm);
     if (r != ncclSuccess && res == ncclSuccess) res = r;
   }
-  free(ops);
+  if (ops != few) free(ops);
   clear_tasks();
   return res;
 }

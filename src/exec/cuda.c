@@ -808,10 +808,62 @@ static int p2p_rest(const struct weft_cuda_p2p *p, const unsigned char *direct,
   return n;
 }
 
+static int ranges_overlap(const void *a, const void *b, size_t n) {
+  const char *x = a, *y = b;
+  return n > 0 && x < y + n && y < x + n;
+}
+
+/* One rank's group: its k-th send to itself pairs with its k-th receive,
+ * as on the kernel path; each pair is one device copy, none where the two
+ * buffers are one (NCCL does the same). 1 when done here; 0 leaves the
+ * group to the kernel (several streams, unpaired or unequal sizes, which
+ * it reports, or a send that another pair's receive overwrites). */
+static int one_rank_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p, cudaStream_t s,
+                        ncclResult_t *res) {
+  if (comm->nranks != 1 || p->nstreams != 1) return 0;
+  int nsend = 0, nrecv = 0;
+  for (int i = 0; i < p->nops; i++) p->ops[i].is_send ? nsend++ : nrecv++;
+  if (nsend != nrecv) return 0;
+  /* The k-th send is at sends[k], the k-th receive at recvs[k] (indexes). */
+  int few[16];
+  int *sends = nsend <= 8 ? few : malloc((size_t)nsend * 2 * sizeof(int));
+  if (sends == NULL) return 0;
+  int *recvs = sends + nsend;
+  for (int i = 0, a = 0, b = 0; i < p->nops; i++) {
+    if (p->ops[i].is_send)
+      sends[a++] = i;
+    else
+      recvs[b++] = i;
+  }
+  int ok = 1;
+  for (int k = 0; k < nsend && ok; k++) {
+    size_t n = p->ops[sends[k]].bytes;
+    ok = n == p->ops[recvs[k]].bytes;
+    for (int j = 0; j < nsend && ok; j++)
+      ok = j == k || !ranges_overlap(p->bufs[sends[k]], p->bufs[recvs[j]], n);
+  }
+  *res = ncclSuccess;
+  for (int k = 0; k < nsend && ok && *res == ncclSuccess; k++) {
+    void *dst = p->bufs[recvs[k]], *src = p->bufs[sends[k]];
+    size_t n = p->ops[sends[k]].bytes;
+    if (n == 0 || dst == src) continue;
+    cudaError_t err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s);
+    if (err != cudaSuccess) {
+      WARN("rank %d: send/recv: the one rank's copy of %zu bytes to itself: %s", comm->rank, n,
+           cudaGetErrorString(err));
+      *res = ncclUnhandledCudaError;
+    }
+  }
+  if (sends != few) free(sends);
+  return ok;
+}
+
 ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
   struct weft_cuda_engine *e = comm->cuda;
   cudaStream_t s = (cudaStream_t)p->streams[0];
   weft_device_select(e->dev);
+  ncclResult_t one = ncclSuccess;
+  if (one_rank_p2p(comm, p, s, &one)) return one;
   size_t n = (size_t)(p->nops > 0 ? p->nops : 1);
   void **bufs = malloc(n * sizeof(*bufs));
   unsigned char *direct = malloc(n);

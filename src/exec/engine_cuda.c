@@ -18,6 +18,17 @@ static ncclResult_t cuda_call(struct ncclComm *comm, const struct weft_engine_op
                               struct weft_cuda_call *out) {
   const struct weft_coll *coll = &op->coll;
   size_t elem = weft_dtype_size(coll->datatype);
+  if (comm->nranks == 1) {
+    /* A copy or nothing (weft_cuda_engine_launch): nothing to tune. */
+    *out = (struct weft_cuda_call){
+        .coll = coll,
+        .args = {.func = coll->func, .nranks = 1, .count = coll->count, .elem_size = elem},
+        .algo = WEFT_ALGO_RING,
+        .proto = WEFT_PROTO_SIMPLE,
+        .stream = op->stream,
+    };
+    return ncclSuccess;
+  }
   struct weft_tuning tune;
   int mapped = !op->redop.premul_sum && weft_cuda_engine_mapped(comm, coll);
   WEFT_CHECK(
@@ -112,10 +123,16 @@ static int send_overlaps_recv(void *const *bufs, const struct weft_p2p *ops, int
 static ncclResult_t launch_p2p(struct ncclComm *comm, const struct weft_engine_op *all, size_t n,
                                size_t nops) {
   ncclResult_t res = ncclSystemError;
-  struct weft_p2p *ops = malloc(nops * sizeof(*ops));
-  void **bufs = malloc(nops * sizeof(*bufs));
-  void **streams = malloc(nops * sizeof(*streams));
-  unsigned char *stage = calloc(nops, 1);
+  /* A few operations (a SendRecv, one rank's AlltoAll) on the stack. */
+  enum { FEW = 16 };
+  struct weft_p2p few_ops[FEW];
+  void *few_bufs[FEW], *few_streams[FEW];
+  unsigned char few_stage[FEW] = {0};
+  const int few = nops <= FEW;
+  struct weft_p2p *ops = few ? few_ops : malloc(nops * sizeof(*ops));
+  void **bufs = few ? few_bufs : malloc(nops * sizeof(*bufs));
+  void **streams = few ? few_streams : malloc(nops * sizeof(*streams));
+  unsigned char *stage = few ? few_stage : calloc(nops, 1);
   if (ops == NULL || bufs == NULL || streams == NULL || stage == NULL || nops > INT32_MAX) {
     WARN("rank %d: cannot launch %zu grouped sends/receives (out of memory)", comm->rank, nops);
   } else {
@@ -132,10 +149,12 @@ static ncclResult_t launch_p2p(struct ncclComm *comm, const struct weft_engine_o
     struct weft_cuda_p2p p = {ops, bufs, stage, k, streams, nstreams};
     res = weft_cuda_engine_launch_p2p(comm, &p);
   }
-  free(ops);
-  free(bufs);
-  free(streams);
-  free(stage);
+  if (!few) {
+    free(ops);
+    free(bufs);
+    free(streams);
+    free(stage);
+  }
   return res;
 }
 
