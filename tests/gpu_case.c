@@ -425,11 +425,13 @@ int gcase_comm_rank(const char *tag, int rank, int nranks, ncclUniqueId id, size
   int rc = gcase_rank_open(&l, cap);
   if (rc == 0) cases(&ru);
   free(ru.t);
-  gcase_rank_close(&l);
+  /* The communicator before the buffers: cudaFree waits for every kernel on
+   * the GPU, and ncclCommDestroy for the rank-threads' last launches. */
   if (ru.fatal || l.nfail > 0)
     ncclCommAbort(l.comm);
   else
     ncclCommDestroy(l.comm); /* closes the network's comms (a plugin may log on close) */
+  gcase_rank_close(&l);
   if (rc != 0) return rc;
   fprintf(stderr, "%s: rank %d of %d: %d cases, %d failures\n", tag, rank, nranks, ru.ncases,
           l.nfail);

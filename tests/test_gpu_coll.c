@@ -414,8 +414,11 @@ static int rank_main(int rank, int nranks, ncclUniqueId id, void *arg) {
   struct run ru = {mode_names[jr->job->mode], nranks, 1, 0, &l, NULL, 1, 0, 0};
   int rc = gcase_rank_open(&l, cap_bytes());
   if (rc == 0) rc = run_parts(&ru, jr->job->parts);
-  gcase_rank_close(&l);
+  /* The communicator first: a rank-thread's cudaFree waits for every kernel
+   * on the GPU, so it must not run before the other rank-threads have
+   * launched their last call, which ncclCommDestroy waits for. */
   close_comm(l.comm, ru.fatal || rc != 0);
+  gcase_rank_close(&l);
   return rc;
 }
 

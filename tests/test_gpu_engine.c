@@ -6,14 +6,18 @@
  * first. Host pointers are refused with a clear error; ranks 0 and 1 swap
  * buffers with grouped ncclSend/ncclRecv. A group of three collectives per
  * rank is one kernel (counted in a captured graph) and replays right.
+ * Three rank-threads, one late to a Broadcast whose root destroys its
+ * communicator at once, all get the data (late_peer_destroy).
  * Exits 77 (skip) when there is no GPU. */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpu_initall.h"
 #include "suite_run.h"
@@ -276,6 +280,107 @@ START_TEST(refusals) {
 }
 END_TEST
 
+/* Rank-threads (ncclCommInitRank, one thread each) where one leaves early.
+ * Rank 0 broadcasts 256 KiB (it fits the FIFOs, so the root's kernel ends
+ * at once), destroys its communicator and frees its buffers; rank `late`
+ * sleeps 300 ms before it makes the call. A free waits for every kernel
+ * issued on the GPU and holds back kernels issued after it, so a destroy
+ * that freed then would leave the ranks already spinning on the late one
+ * waiting for it, and it waiting behind the free (the hang of gpu coll
+ * algos' last Broadcast with 8 rank-threads on the ring). The destroy
+ * waits until every rank-thread has launched the call (exec/cuda_leave.c):
+ * every rank then gets the root's data and no communicator fails. Run with
+ * late = 1 and 2, so that with either ring order the late rank is one that
+ * another rank waits for. */
+#define LATE_NRANKS 3
+#define LATE_COUNT (64 * 1024)
+
+struct late_rank {
+  ncclUniqueId id;
+  int rank, late;
+  ncclResult_t res; /* the first failure */
+  char why[256];
+};
+
+static void *late_rank_main(void *arg) {
+  struct late_rank *lr = arg;
+  lr->res = ncclSuccess;
+  cudaStream_t st = NULL;
+  ncclComm_t comm = NULL;
+  float *buf = NULL, *host = malloc(LATE_COUNT * sizeof(float));
+  if (host == NULL || cudaSetDevice(0) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc((void **)&buf, LATE_COUNT * sizeof(float)) != cudaSuccess) {
+    snprintf(lr->why, sizeof lr->why, "rank %d: setup failed", lr->rank);
+    lr->res = ncclSystemError;
+    free(host);
+    return NULL;
+  }
+  for (size_t i = 0; i < LATE_COUNT; i++) host[i] = lr->rank == 0 ? input(0, i) : -1.0f;
+  cudaMemcpy(buf, host, LATE_COUNT * sizeof(float), cudaMemcpyHostToDevice);
+  ncclResult_t r = ncclCommInitRank(&comm, LATE_NRANKS, lr->id, lr->rank);
+  if (r != ncclSuccess) {
+    snprintf(lr->why, sizeof lr->why, "rank %d: ncclCommInitRank -> %d", lr->rank, (int)r);
+    lr->res = r;
+  } else {
+    if (lr->rank == lr->late) {
+      struct timespec nap = {0, 300 * 1000 * 1000};
+      nanosleep(&nap, NULL);
+    }
+    r = ncclBroadcast(buf, buf, LATE_COUNT, ncclFloat, 0, comm, st);
+    if (r != ncclSuccess) {
+      snprintf(lr->why, sizeof lr->why, "rank %d: ncclBroadcast -> %d", lr->rank, (int)r);
+      lr->res = r;
+    }
+    if (lr->rank != 0 && r == ncclSuccess) {
+      /* The others check before they leave; the root leaves at once. */
+      ncclResult_t async = ncclSuccess;
+      cudaError_t ce = cudaStreamSynchronize(st);
+      ncclCommGetAsyncError(comm, &async);
+      if (ce != cudaSuccess || async != ncclSuccess) {
+        snprintf(lr->why, sizeof lr->why, "rank %d: stream %s, async error %d: %s", lr->rank,
+                 cudaGetErrorString(ce), (int)async, ncclGetLastError(comm));
+        lr->res = async != ncclSuccess ? async : ncclUnhandledCudaError;
+      } else {
+        cudaMemcpy(host, buf, LATE_COUNT * sizeof(float), cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < LATE_COUNT && lr->res == ncclSuccess; i++)
+          if (host[i] != input(0, i)) {
+            snprintf(lr->why, sizeof lr->why, "rank %d: [%zu] = %g, expected %g", lr->rank, i,
+                     (double)host[i], (double)input(0, i));
+            lr->res = ncclInternalError;
+          }
+      }
+    }
+    r = ncclCommDestroy(comm);
+    if (r != ncclSuccess && lr->res == ncclSuccess) {
+      snprintf(lr->why, sizeof lr->why, "rank %d: ncclCommDestroy -> %d", lr->rank, (int)r);
+      lr->res = r;
+    }
+  }
+  cudaFree(buf); /* device-wide: safe once the destroy has returned */
+  cudaStreamDestroy(st);
+  free(host);
+  return NULL;
+}
+
+START_TEST(late_peer_destroy) {
+  struct late_rank lr[LATE_NRANKS];
+  pthread_t th[LATE_NRANKS];
+  ncclUniqueId id;
+  ck_assert_int_eq(ncclGetUniqueId(&id), ncclSuccess);
+  for (int r = 0; r < LATE_NRANKS; r++) {
+    memset(&lr[r], 0, sizeof lr[r]);
+    lr[r].id = id;
+    lr[r].rank = r;
+    lr[r].late = 1 + _i;
+    ck_assert_int_eq(pthread_create(&th[r], NULL, late_rank_main, &lr[r]), 0);
+  }
+  for (int r = 0; r < LATE_NRANKS; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < LATE_NRANKS; r++)
+    ck_assert_msg(lr[r].res == ncclSuccess, "late rank %d: %s", 1 + _i, lr[r].why);
+}
+END_TEST
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -291,6 +396,7 @@ int main(void) {
   tcase_add_loop_test(tc, allgather_broadcast, 0, nn);
   tcase_add_loop_test(tc, group_one_launch, 0, nn);
   tcase_add_test(tc, refusals);
+  tcase_add_loop_test(tc, late_peer_destroy, 0, 2);
   suite_add_tcase(s, tc);
   return suite_run_nofork(s);
 }

@@ -24,6 +24,7 @@
 #include "core/device.h"
 #include "device/device.h"
 #include "exec/cuda_direct.h"
+#include "exec/cuda_leave.h"
 #include "exec/cuda_net.h"
 #include "transport/gpu_transport.h"
 #include "transport/p2p/p2p.h"
@@ -85,6 +86,8 @@ struct weft_cuda_engine {
   struct plan_entry *plans;
   int nplans;
   uint64_t launches;
+  struct weft_cuda_leave *leave; /* this process's ranks of the communicator (NULL: one) */
+  int leave_index;
 };
 
 #define CUDA_GOTO(comm, call, what, label)                                                \
@@ -203,6 +206,7 @@ static void engine_free(struct weft_cuda_engine *e, int abort) {
   free(e->plans);
   free(e->cross);
   free(e->net_peer);
+  weft_cuda_leave_release(e->leave, e->leave_index);
   free(e);
 }
 
@@ -282,6 +286,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (nch > net_max) nch = net_max;
   if (nch < 1) nch = 1;
   res = p2p_parts_agree(comm, max_lanes, nnet, nch * 2, &e->p2p_parts);
+  if (res == ncclSuccess) res = weft_cuda_leave_join(comm, &e->leave, &e->leave_index);
   if (res != ncclSuccess) goto err;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
@@ -347,6 +352,11 @@ int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll 
   return comm->cuda != NULL && weft_cuda_direct_mapped(comm->cuda->direct, coll);
 }
 
+void weft_cuda_engine_issued(const struct ncclComm *comm) {
+  if (comm->cuda != NULL)
+    weft_cuda_leave_issued(comm->cuda->leave, comm->cuda->leave_index, comm->op_seq);
+}
+
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   struct weft_cuda_engine *e = comm->cuda;
   if (e == NULL) return;
@@ -357,6 +367,11 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
    * abort word set they end within one poll. */
   cudaEventSynchronize(e->last);
   if (!abort) weft_cuda_net_drain(e->net); /* the last slots the kernels published */
+  /* Before any free: frees wait for every kernel on the GPU, so the
+   * rank-threads sharing this process must have launched their last
+   * collective (exec/cuda_leave.c). */
+  weft_cuda_leave_wait(e->leave, e->leave_index, comm->op_seq, abort,
+                       (double)weft_param_int(WEFT_PARAM_TIMEOUT));
   engine_free(e, abort);
 }
 
@@ -986,6 +1001,10 @@ void weft_cuda_engine_window_release(struct ncclComm *comm, void *window) {
 int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll *coll) {
   (void)comm, (void)coll;
   return 0;
+}
+
+void weft_cuda_engine_issued(const struct ncclComm *comm) {
+  (void)comm;
 }
 
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,

@@ -52,6 +52,9 @@ void weft_cuda_engine_window_release(struct ncclComm *comm, void *window);
  * answer on every rank where every rank passes window buffers, as
  * ncclCommWindowRegister's users must). */
 int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll *coll);
+/* After comm's collectives up to comm->op_seq are launched: tells the
+ * rank-threads of this process sharing comm (exec/cuda_leave.c). */
+void weft_cuda_engine_issued(const struct ncclComm *comm);
 /* Channels a plan on comm may use (the FIFOs hold twice that for trees). */
 int weft_cuda_engine_max_channels(const struct ncclComm *comm);
 /* PreMulSum's scalar as the engine takes it: ncclScalarDevice's pointer,

@@ -102,7 +102,9 @@ static ncclResult_t launch_colls(struct ncclComm *comm, const struct weft_engine
     if (nrun == 0) run_first = op;
     run[nrun++] = c;
   }
-  return launch_run(comm, run_first, run, nrun);
+  WEFT_CHECK(launch_run(comm, run_first, run, nrun));
+  weft_cuda_engine_issued(comm);
+  return ncclSuccess;
 }
 
 static int overlaps(const void *a, size_t alen, const void *b, size_t blen) {
