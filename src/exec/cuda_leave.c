@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "base/check.h"
@@ -51,8 +52,8 @@ static void leave_free(struct weft_cuda_leave *l) {
   free(l);
 }
 
-static struct weft_cuda_leave *leave_new(const struct ncclComm *comm, int nlocal) {
-  struct weft_cuda_leave *l = calloc(1, sizeof(*l));
+struct weft_cuda_leave *weft_cuda_leave_new(int nlocal, const int *ranks) {
+  struct weft_cuda_leave *l = nlocal > 0 ? calloc(1, sizeof(*l)) : NULL;
   if (l == NULL) return NULL;
   l->ranks = calloc((size_t)nlocal, sizeof(*l->ranks));
   l->issued = calloc((size_t)nlocal, sizeof(*l->issued));
@@ -61,8 +62,7 @@ static struct weft_cuda_leave *leave_new(const struct ncclComm *comm, int nlocal
     leave_free(l);
     return NULL;
   }
-  for (int p = 0, i = 0; p < comm->nranks; p++)
-    if (same_process(comm, p)) l->ranks[i++] = p;
+  memcpy(l->ranks, ranks, (size_t)nlocal * sizeof(*ranks));
   l->nlocal = nlocal;
   atomic_init(&l->refs, nlocal);
   return l;
@@ -86,7 +86,11 @@ ncclResult_t weft_cuda_leave_join(struct ncclComm *comm, struct weft_cuda_leave 
   }
   struct weft_cuda_leave *mine = NULL;
   if (nlocal > 1 && first == comm->rank) {
-    mine = leave_new(comm, nlocal);
+    int *ranks = calloc((size_t)nlocal, sizeof(*ranks));
+    for (int p = 0, i = 0; ranks != NULL && p < comm->nranks; p++)
+      if (same_process(comm, p)) ranks[i++] = p;
+    mine = ranks != NULL ? weft_cuda_leave_new(nlocal, ranks) : NULL;
+    free(ranks);
     if (mine == NULL)
       WARN("rank %d: out of memory for the record of this process's %d ranks", comm->rank, nlocal);
   }

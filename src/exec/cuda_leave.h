@@ -16,7 +16,12 @@ struct weft_cuda_leave;
  * this rank's place among them. */
 ncclResult_t weft_cuda_leave_join(struct ncclComm *comm, struct weft_cuda_leave **out, int *index);
 
-/* Tells the others this rank has launched ncolls collectives. */
+/* The shared record of nlocal ranks (their ranks in ranks[]), each
+ * holding a reference; join makes it (tests may too). NULL: no memory. */
+struct weft_cuda_leave *weft_cuda_leave_new(int nlocal, const int *ranks);
+
+/* Tells the others this rank (index among them) has launched ncolls
+ * collectives. */
 void weft_cuda_leave_issued(struct weft_cuda_leave *l, int index, uint64_t ncolls);
 
 /* In destroy, once this rank's last launch has ended: unless abort, waits
