@@ -47,8 +47,8 @@ static int same_process(const struct ncclComm *comm, int p) {
 
 static void leave_free(struct weft_cuda_leave *l) {
   free(l->ranks);
-  free((void *)l->issued);
-  free((void *)l->leaving);
+  free(l->issued);
+  free((void *)l->leaving); /* the cast drops _Atomic */
   free(l);
 }
 
@@ -103,7 +103,8 @@ ncclResult_t weft_cuda_leave_join(struct ncclComm *comm, struct weft_cuda_leave 
     *out = NULL;
     return res;
   }
-  /* The first rank's allocation failed: nobody waits, as before. */
+  /* The first rank could not make the record: its init fails here, and
+   * the others, given none, never wait. */
   return mine == NULL && first == comm->rank && nlocal > 1 ? ncclSystemError : ncclSuccess;
 }
 
