@@ -418,8 +418,12 @@ int bench_thread_run(struct bench_thread *t) {
     t->rc = BENCH_EXIT_ERROR;
   if (t->rc == 0 && t->wrong > 0) t->rc = BENCH_EXIT_WRONG;
   bench_nccl_deregister(t);
-  free_buffers(t);
+  /* The communicators before the buffers: a cudaFree waits for every
+   * kernel on the GPU, so with ranks as threads sharing one it must not
+   * come before the others have launched their last call, which weft's
+   * ncclCommDestroy waits for (docs/CUDA.md). */
   bench_nccl_fini(t);
+  free_buffers(t);
   destroy_streams(t);
   return t->rc;
 }
