@@ -1,9 +1,11 @@
 /* How rank-threads of one process leave a communicator in step
  * (src/exec/cuda_leave.c), without a GPU: real threads stand for the
- * ranks, each telling how many collectives it has launched. A leaving
- * rank waits until every other has launched as many or is leaving too;
- * one thread that launched for every rank never waits; a rank still
- * behind at the timeout is named in the WARN; abort does not wait. */
+ * ranks, each telling how many collectives, and sends and receives with
+ * each other rank, it has launched. A leaving rank waits until every other
+ * has launched as many, and its side of every send and receive, or is
+ * leaving too; one thread that launched for every rank never waits; a
+ * rank still behind at the timeout is named in the WARN; abort does not
+ * wait. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -60,11 +62,39 @@ START_TEST(test_waits_for_late_launch) {
   ck_assert_int_eq(pthread_create(&t, NULL, late_rank, &lt), 0);
   weft_cuda_leave_issued(lt.l, 0, 5);
   weft_cuda_leave_wait(lt.l, 0, 5, 0, 10.0);
-  ck_assert_msg(atomic_load(&lt.launched_last) == 1,
-                "rank 0 left before rank 1 had launched its last collective");
+  int waited = atomic_load(&lt.launched_last);
   weft_cuda_leave_release(lt.l, 0);
-  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0); /* before any assertion can end the test */
   weft_cuda_leave_release(lt.l, 2); /* the last reference: freed (ASan sees a leak if not) */
+  ck_assert_msg(waited == 1, "rank 0 left before rank 1 had launched its last collective");
+}
+END_TEST
+
+static void *late_receiver(void *arg) {
+  struct late *lt = arg;
+  nap_ms(200);
+  atomic_store(&lt->launched_last, 1);
+  weft_cuda_leave_p2p(lt->l, 1, 0); /* its receive from rank 0 */
+  weft_cuda_leave_wait(lt->l, 1, 0, 0, 10.0);
+  weft_cuda_leave_release(lt->l, 1);
+  return NULL;
+}
+
+START_TEST(test_waits_for_late_receive) {
+  /* No collective at all: rank 0's send to rank 1 (and one to itself,
+   * which counts for nobody) ended; rank 1 is late to receive it. */
+  const int ranks[2] = {0, 1};
+  struct late lt = {weft_cuda_leave_new(2, ranks), 0};
+  ck_assert_ptr_nonnull(lt.l);
+  weft_cuda_leave_p2p(lt.l, 0, 0);
+  weft_cuda_leave_p2p(lt.l, 0, 1);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, late_receiver, &lt), 0);
+  weft_cuda_leave_wait(lt.l, 0, 0, 0, 10.0);
+  int waited = atomic_load(&lt.launched_last);
+  weft_cuda_leave_release(lt.l, 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0); /* before any assertion can end the test */
+  ck_assert_msg(waited == 1, "rank 0 left before rank 1 had launched the receive of its send");
 }
 END_TEST
 
@@ -74,7 +104,12 @@ START_TEST(test_one_thread_never_waits) {
   const int ranks[4] = {0, 1, 2, 3};
   struct weft_cuda_leave *l = weft_cuda_leave_new(4, ranks);
   ck_assert_ptr_nonnull(l);
-  for (int i = 0; i < 4; i++) weft_cuda_leave_issued(l, i, 7);
+  for (int i = 0; i < 4; i++) {
+    weft_cuda_leave_issued(l, i, 7);
+    /* An all-to-all: a send to and a receive from every other rank. */
+    for (int j = 0; j < 4; j++)
+      if (j != i) weft_cuda_leave_p2p(l, i, j), weft_cuda_leave_p2p(l, i, j);
+  }
   for (int i = 0; i < 4; i++) {
     leave_at_once(l, i, 7, 0, "destroying 4 ranks from one thread");
     weft_cuda_leave_release(l, i);
@@ -130,6 +165,7 @@ int main(void) {
   TCase *tc = tcase_create("leave");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_waits_for_late_launch);
+  tcase_add_test(tc, test_waits_for_late_receive);
   tcase_add_test(tc, test_one_thread_never_waits);
   tcase_add_test(tc, test_leaving_peer_counts);
   tcase_add_test(tc, test_timeout_names_the_late);

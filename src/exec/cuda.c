@@ -358,6 +358,12 @@ void weft_cuda_engine_issued(const struct ncclComm *comm) {
     weft_cuda_leave_issued(comm->cuda->leave, comm->cuda->leave_index, comm->op_seq);
 }
 
+void weft_cuda_engine_issued_p2p(const struct ncclComm *comm, const struct weft_p2p *ops, int n) {
+  if (comm->cuda == NULL || comm->cuda->leave == NULL) return;
+  for (int k = 0; k < n; k++)
+    weft_cuda_leave_p2p(comm->cuda->leave, comm->cuda->leave_index, ops[k].peer);
+}
+
 void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   struct weft_cuda_engine *e = comm->cuda;
   if (e == NULL) return;
@@ -931,6 +937,10 @@ int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll 
 
 void weft_cuda_engine_issued(const struct ncclComm *comm) {
   (void)comm;
+}
+
+void weft_cuda_engine_issued_p2p(const struct ncclComm *comm, const struct weft_p2p *ops, int n) {
+  (void)comm, (void)ops, (void)n;
 }
 
 ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_coll *coll,

@@ -55,6 +55,8 @@ int weft_cuda_engine_mapped(const struct ncclComm *comm, const struct weft_coll 
 /* After comm's collectives up to comm->op_seq are launched: tells the
  * rank-threads of this process sharing comm (exec/cuda_leave.c). */
 void weft_cuda_engine_issued(const struct ncclComm *comm);
+/* After a group's sends and receives (ops[0..n)) are launched: the same. */
+void weft_cuda_engine_issued_p2p(const struct ncclComm *comm, const struct weft_p2p *ops, int n);
 /* Channels a plan on comm may use (the FIFOs hold twice that for trees). */
 int weft_cuda_engine_max_channels(const struct ncclComm *comm);
 /* PreMulSum's scalar as the engine takes it: ncclScalarDevice's pointer,

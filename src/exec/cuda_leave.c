@@ -11,7 +11,8 @@
  * on one H200, the last call of a test job, 2026-12-04) is why each rank's
  * destroy first waits here, after its own last launch has ended, until
  * every rank of the communicator in this process has issued as many
- * collectives as it has, or is leaving too. One thread that drives every
+ * collectives as it has, and its side of every send and receive it made
+ * with this rank, or is leaving too. One thread that drives every
  * rank (ncclCommInitAll) issued them all before its first destroy, so it
  * never waits. Abort does not wait (its kernels end within a poll). */
 #include "exec/cuda_leave.h"
@@ -38,6 +39,10 @@ struct weft_cuda_leave {
   int *ranks;            /* [nlocal]: their ranks */
   struct issued *issued; /* [nlocal]: collectives each has launched */
   atomic_uchar *leaving; /* [nlocal]: in its destroy, last launch ended */
+  /* [nlocal][stride]: sends and receives rank i has launched with rank j
+   * (row i written by rank i alone; rows of whole cache lines). */
+  _Atomic uint64_t *pairs;
+  int stride;
 };
 
 static int same_process(const struct ncclComm *comm, int p) {
@@ -48,7 +53,8 @@ static int same_process(const struct ncclComm *comm, int p) {
 static void leave_free(struct weft_cuda_leave *l) {
   free(l->ranks);
   free(l->issued);
-  free((void *)l->leaving); /* the cast drops _Atomic */
+  free((void *)l->leaving); /* the casts drop _Atomic */
+  free((void *)l->pairs);
   free(l);
 }
 
@@ -58,7 +64,9 @@ struct weft_cuda_leave *weft_cuda_leave_new(int nlocal, const int *ranks) {
   l->ranks = calloc((size_t)nlocal, sizeof(*l->ranks));
   l->issued = calloc((size_t)nlocal, sizeof(*l->issued));
   l->leaving = calloc((size_t)nlocal, sizeof(*l->leaving));
-  if (l->ranks == NULL || l->issued == NULL || l->leaving == NULL) {
+  l->stride = (nlocal + 7) / 8 * 8;
+  l->pairs = calloc((size_t)nlocal * (size_t)l->stride, sizeof(*l->pairs));
+  if (l->ranks == NULL || l->issued == NULL || l->leaving == NULL || l->pairs == NULL) {
     leave_free(l);
     return NULL;
   }
@@ -112,8 +120,29 @@ void weft_cuda_leave_issued(struct weft_cuda_leave *l, int index, uint64_t ncoll
   if (l != NULL) atomic_store_explicit(&l->issued[index].n, ncolls, memory_order_release);
 }
 
-/* The ranks still to launch a collective this rank has launched, as "3, 5"
- * in buf; 0 when there are none. */
+void weft_cuda_leave_p2p(struct weft_cuda_leave *l, int index, int peer) {
+  if (l == NULL) return;
+  for (int j = 0; j < l->nlocal; j++) {
+    if (l->ranks[j] != peer || j == index) continue;
+    _Atomic uint64_t *n = &l->pairs[(size_t)index * (size_t)l->stride + (size_t)j];
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_release);
+    return;
+  }
+}
+
+/* Whether local rank i has launched its side of every send and receive
+ * local rank me launched with it (each pair counts the same ops). */
+static int pairs_met(const struct weft_cuda_leave *l, int me, int i) {
+  uint64_t mine = atomic_load_explicit(&l->pairs[(size_t)me * (size_t)l->stride + (size_t)i],
+                                       memory_order_relaxed);
+  return atomic_load_explicit(&l->pairs[(size_t)i * (size_t)l->stride + (size_t)me],
+                              memory_order_acquire) >= mine;
+}
+
+/* The ranks still to launch a collective, or their side of a send or
+ * receive, that this rank has launched, as "3, 5" in buf; 0 when there
+ * are none. */
 static int behind(const struct weft_cuda_leave *l, int index, uint64_t ncolls, char *buf,
                   size_t len) {
   int n = 0;
@@ -121,7 +150,8 @@ static int behind(const struct weft_cuda_leave *l, int index, uint64_t ncolls, c
   if (len > 0) buf[0] = '\0';
   for (int i = 0; i < l->nlocal; i++) {
     if (i == index || atomic_load_explicit(&l->leaving[i], memory_order_acquire) ||
-        atomic_load_explicit(&l->issued[i].n, memory_order_acquire) >= ncolls)
+        (atomic_load_explicit(&l->issued[i].n, memory_order_acquire) >= ncolls &&
+         pairs_met(l, index, i)))
       continue;
     n++;
     if (at < len) {
@@ -153,16 +183,17 @@ void weft_cuda_leave_wait(struct weft_cuda_leave *l, int index, uint64_t ncolls,
     if (waited >= timeout_s) {
       WARN(
           "rank %d: ncclCommDestroy waited %.0f s (WEFT_TIMEOUT) for rank(s) %s of this process to "
-          "launch the communicator's last collective (%llu); freeing now, which can hang their "
-          "kernels",
+          "launch the communicator's last collective (%llu) or their side of this rank's sends "
+          "and receives; freeing now, which can hang their kernels",
           l->ranks[index], waited, who, (unsigned long long)ncolls);
       return;
     }
     if (!said && waited >= 5.0) {
       WARN(
           "rank %d: ncclCommDestroy is waiting for rank(s) %s of this process to launch the "
-          "communicator's last collective (%llu): freeing before they have would hang them "
-          "(docs/CUDA.md, \"Rank-threads and device-wide CUDA calls\")",
+          "communicator's last collective (%llu) or their side of this rank's sends and "
+          "receives: freeing before they have would hang them (docs/CUDA.md, \"Rank-threads and "
+          "device-wide CUDA calls\")",
           l->ranks[index], who, (unsigned long long)ncolls);
       said = 1;
     }

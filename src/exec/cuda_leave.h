@@ -24,8 +24,13 @@ struct weft_cuda_leave *weft_cuda_leave_new(int nlocal, const int *ranks);
  * collectives. */
 void weft_cuda_leave_issued(struct weft_cuda_leave *l, int index, uint64_t ncolls);
 
+/* Tells the others this rank has launched a send to, or a receive from,
+ * rank peer (nothing where peer is not here, or is this rank). */
+void weft_cuda_leave_p2p(struct weft_cuda_leave *l, int index, int peer);
+
 /* In destroy, once this rank's last launch has ended: unless abort, waits
- * until every other rank here has launched ncolls collectives or is
+ * until every other rank here has launched ncolls collectives and as many
+ * sends and receives with this rank as this rank did with it, or is
  * leaving too (at most timeout_s seconds, then a WARN naming them). */
 void weft_cuda_leave_wait(struct weft_cuda_leave *l, int index, uint64_t ncolls, int abort,
                           double timeout_s);

@@ -150,6 +150,7 @@ static ncclResult_t launch_p2p(struct ncclComm *comm, const struct weft_engine_o
     for (int j = 0; j < k; j++) stage[j] = ops[j].is_send && send_overlaps_recv(bufs, ops, k, j);
     struct weft_cuda_p2p p = {ops, bufs, stage, k, streams, nstreams};
     res = weft_cuda_engine_launch_p2p(comm, &p);
+    if (res == ncclSuccess) weft_cuda_engine_issued_p2p(comm, ops, k);
   }
   if (!few) {
     free(ops);
