@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/debug.h"
+#include "topo/detect.h"
 #include "topo/topo.h"
 #include "suite_run.h"
 
@@ -418,11 +419,44 @@ START_TEST(gdr_level_env) {
 }
 END_TEST
 
+/* NVML's far ends: a bus id a VM hides (FFFFFFFF:FF:FF.0) behind an
+ * NVSwitch link becomes the one hidden NVSwitch; behind a GPU's, or of
+ * unknown kind, the link cannot be placed; a real bus id stays. */
+START_TEST(nvml_far_ends) {
+  struct weft_topo *t = load("no-nic.xml");
+  char target[WEFT_TOPO_BUSID_LEN];
+  ck_assert_uint_eq(weft_topo_nvml_far(t, "FFFFFFFF:FF:FF.0", 2, target), 0x068000);
+  ck_assert_str_eq(target, WEFT_TOPO_HIDDEN_NVS);
+  ck_assert_uint_eq(weft_topo_nvml_far(t, "FFFFFFFF:FF:FF.0", 0, target), 0);
+  ck_assert_uint_eq(weft_topo_nvml_far(t, "FFFFFFFF:FF:FF.0", -1, target), 0);
+  ck_assert_uint_eq(weft_topo_nvml_far(t, "00000000:42:00.0", -1, target), 0x030200);
+  ck_assert_str_eq(target, "0000:42:00.0");
+  ck_assert_uint_eq(weft_topo_nvml_far(t, "00000000:F5:00.0", 2, target), 0x068000);
+  ck_assert_str_eq(target, "0000:f5:00.0");
+  weft_topo_free(t);
+}
+END_TEST
+
+/* The VM's GPUs, linked only through the hidden NVSwitch: an NVLink path
+ * (18 links) and P2P, where PCIe alone (PHB) would have given SHM. */
+START_TEST(vm_hidden_nvswitch) {
+  struct weft_topo *t = load("vm-hidden-nvswitch.xml");
+  ck_assert_int_eq(t->ngpus, 2);
+  ck_assert_str_eq(path(t, 0, 1), "NVL");
+  ck_assert_int_eq(weft_topo_gpu_path(t, 0, 1)->nvlinks, 18);
+  ck_assert_int_eq(transport(t, 0, 1), WEFT_TRANSPORT_P2P);
+  ck_assert_int_eq(transport(t, 1, 0), WEFT_TRANSPORT_P2P);
+  weft_topo_free(t);
+}
+END_TEST
+
 int main(void) {
   setenv("NCCL_NET_GDR_LEVEL", "PHB", 1); /* gdr_level_env */
   Suite *s = suite_create("topo");
   TCase *tc = tcase_create("xml");
   tcase_add_test(tc, hgx_nvswitch);
+  tcase_add_test(tc, nvml_far_ends);
+  tcase_add_test(tc, vm_hidden_nvswitch);
   tcase_add_test(tc, azure_pci_classes);
   tcase_add_test(tc, two_socket_ring);
   tcase_add_test(tc, switch_pairs);

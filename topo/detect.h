@@ -24,6 +24,14 @@ ncclResult_t weft_topo_detect_cuda(struct weft_topo *topo);
 /* After finalize: cudaDeviceCanAccessPeer and P2P attributes. */
 ncclResult_t weft_topo_detect_cuda_peers(struct weft_topo *topo);
 ncclResult_t weft_topo_detect_nvml(struct weft_topo *topo);
+/* The bus id NVSwitch links lead to when NVML names no far end. */
+#define WEFT_TOPO_HIDDEN_NVS "ffffffff:ff:1f.7"
+/* An NVLink's far end as NVML gave it (bus_id; type: NVML's remote device
+ * type, 0 GPU, 2 NVSwitch, -1 unknown): its bus id in target and its
+ * class (0x030200 GPU, 0x068000 NVSwitch, 0x060000 other), or 0 where the
+ * link cannot be placed. */
+uint32_t weft_topo_nvml_far(const struct weft_topo *topo, const char *bus_id, int type,
+                            char target[WEFT_TOPO_BUSID_LEN]);
 ncclResult_t weft_topo_detect_ibverbs(struct weft_topo *topo);
 
 #endif

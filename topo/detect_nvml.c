@@ -61,7 +61,7 @@ static ncclResult_t add_link(struct weft_topo *topo, int g, const char *target, 
  * links are missing (a VM may hide them, or name far ends by bus ids the
  * guest does not have). */
 struct link_census {
-  int inactive, state_err, pci_err, unknown_far;
+  int inactive, state_err, pci_err, unknown_far, hidden_far;
   int first_err; /* the first NVML error code, 0 for none */
 };
 
@@ -70,11 +70,32 @@ static void census_err(struct link_census *c, int *count, int err) {
   if (c->first_err == 0) c->first_err = err;
 }
 
+uint32_t weft_topo_nvml_far(const struct weft_topo *topo, const char *bus_id, int type,
+                            char target[WEFT_TOPO_BUSID_LEN]) {
+  if (weft_topo_busid_normalize(bus_id, target) != 0) {
+    /* A VM that passes GPUs through but not their NVSwitches names every
+     * far end FFFFFFFF:FF:FF.0 (seen on a 2-GPU H200 VM, whose links NVML
+     * calls active and of an NVSwitch, and between whose GPUs it says
+     * NVLink P2P is OK). NCCL joins such links to one NVSwitch node; so
+     * does weft: a switch behind links of several GPUs puts them on NVLink
+     * paths. A GPU (or unknown kind) without a bus id cannot be placed. */
+    if (type != WEFT_NVML_REMOTE_SWITCH) return 0;
+    snprintf(target, WEFT_TOPO_BUSID_LEN, "%s", WEFT_TOPO_HIDDEN_NVS);
+    return 0x068000;
+  }
+  int to = weft_topo_find_busid(topo, target);
+  /* Without the kind, a target that is not one of our GPUs is taken for
+   * an NVSwitch, as NCCL does. */
+  int gpu = type == WEFT_NVML_REMOTE_GPU ||
+            (type < 0 && to >= 0 && topo->nodes[to].kind == WEFT_TOPO_GPU);
+  return gpu ? 0x030200 : type == WEFT_NVML_REMOTE_SWITCH || type < 0 ? 0x068000 : 0x060000;
+}
+
 static ncclResult_t gpu_links(struct weft_topo *topo, const struct nvml_api *api, int g,
                               int *links_out) {
   weft_nvml_device_t dev;
   char target[WEFT_TOPO_BUSID_LEN];
-  struct link_census c = {0, 0, 0, 0, 0};
+  struct link_census c = {0, 0, 0, 0, 0, 0};
   *links_out = 0;
   int err = api->by_busid(topo->nodes[g].busid, &dev);
   if (err != 0) {
@@ -99,26 +120,20 @@ static ncclResult_t gpu_links(struct weft_topo *topo, const struct nvml_api *api
       continue;
     }
     pci.bus_id[sizeof(pci.bus_id) - 1] = '\0';
-    if (weft_topo_busid_normalize(pci.bus_id, target) != 0) continue;
     if (api->remote_type == NULL || api->remote_type(dev, l, &type) != 0) type = -1;
-    int to = weft_topo_find_busid(topo, target);
-    if (to < 0) c.unknown_far++;
-    /* Without the kind, a target that is not one of our GPUs is taken for
-     * an NVSwitch, as NCCL does. */
-    int gpu = type == WEFT_NVML_REMOTE_GPU ||
-              (type < 0 && to >= 0 && topo->nodes[to].kind == WEFT_TOPO_GPU);
-    uint32_t tclass = gpu                                           ? 0x030200
-                      : type == WEFT_NVML_REMOTE_SWITCH || type < 0 ? 0x068000
-                                                                    : 0x060000;
+    uint32_t tclass = weft_topo_nvml_far(topo, pci.bus_id, type, target);
+    if (tclass == 0 || strcmp(target, WEFT_TOPO_HIDDEN_NVS) == 0) c.hidden_far++;
+    if (tclass == 0) continue;
+    if (weft_topo_find_busid(topo, target) < 0) c.unknown_far++;
     WEFT_CHECK(add_link(topo, g, target, tclass));
     (*links_out)++;
   }
   INFO(WEFT_GRAPH,
-       "topology: NVML, GPU %s: %d active links (%d to bus ids not in this topology), %d "
-       "inactive, %d whose state NVML refused, %d whose far end NVML refused (first NVML "
-       "error %d)",
-       topo->nodes[g].busid, *links_out, c.unknown_far, c.inactive, c.state_err, c.pci_err,
-       c.first_err);
+       "topology: NVML, GPU %s: %d active links (%d to bus ids not in this topology, %d "
+       "whose far end has no bus id: an NVSwitch %s hides, or dropped), %d inactive, %d whose "
+       "state NVML refused, %d whose far end NVML refused (first NVML error %d)",
+       topo->nodes[g].busid, *links_out, c.unknown_far, c.hidden_far, "a VM", c.inactive,
+       c.state_err, c.pci_err, c.first_err);
   return ncclSuccess;
 }
 
