@@ -95,6 +95,12 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("WEFT_DIRECT_CTA_BYTES", 262144, 4096, 1073741824, "262144",
                 "bytes of a rank's share of a direct collective or send/recv (ranks of one "
                 "process) per CTA it launches, up to the rank's CTA cap"),
+    [WEFT_PARAM_DIRECT_P2P_GPUS] =
+        INT_ROW("WEFT_DIRECT_P2P_GPUS", 2097152, 0, 1099511627776, "2097152",
+                "smallest send or receive (bytes) between ranks of one process on different "
+                "GPUs that is copied directly from the sender's buffer into the receiver's "
+                "(peer access over NVLink or PCIe); smaller ones go through the links' FIFOs; "
+                "0: every size; a size above any message: never"),
     [WEFT_PARAM_IB_DISABLE] =
         BOOL_ROW("NCCL_IB_DISABLE", 0, "1: the RDMA network (net/ib) uses no device"),
     [WEFT_PARAM_IB_GID_INDEX] =

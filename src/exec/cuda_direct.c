@@ -430,6 +430,10 @@ static int ll_fits(const struct weft_cuda_direct *d, size_t slot) {
 int weft_cuda_direct_runs(const struct weft_cuda_direct *d, const struct weft_coll *coll,
                           int premul) {
   if (d == NULL) return 0;
+  /* PreMulSum's scaled input comes from the stream's memory pool, which
+   * peers on other GPUs cannot read (peer access covers cudaMalloc's
+   * memory, not a pool's): across GPUs it goes over the links. */
+  if (premul && d->sys) return 0;
   return !d->procs || ll_fits(d, coll->count * weft_dtype_size(coll->datatype)) ||
          (!premul && weft_cuda_direct_mapped(d, coll));
 }
@@ -501,12 +505,16 @@ int weft_cuda_direct_p2p_pick(const struct weft_cuda_direct *d, int nranks,
                               const struct weft_p2p *ops, int nops, unsigned char *direct) {
   unsigned char seen[2][WEFT_DEV_DIRECT_MAX_RANKS] = {{0}};
   int picked = 0;
-  /* Several GPUs: not measured against the FIFO path yet (docs/CUDA.md). */
-  int on = d != NULL && !d->sys && !d->procs && nranks <= WEFT_DEV_DIRECT_MAX_RANKS;
+  int on = d != NULL && !d->procs && nranks <= WEFT_DEV_DIRECT_MAX_RANKS;
+  /* Several GPUs (peer access, as the direct collectives): from
+   * WEFT_DIRECT_P2P_GPUS bytes, where the copy beats the FIFOs
+   * (docs/CUDA.md). A send and its receive have one size, so both ends
+   * choose alike; sizes that differ across it end in the waits' timeout. */
+  size_t min = d != NULL && d->sys ? (size_t)weft_param_int(WEFT_PARAM_DIRECT_P2P_GPUS) : 0;
   for (int k = 0; k < nops && on; k++)
     if (seen[ops[k].is_send != 0][ops[k].peer] < 2) seen[ops[k].is_send != 0][ops[k].peer]++;
   for (int k = 0; k < nops; k++) {
-    direct[k] = on && seen[ops[k].is_send != 0][ops[k].peer] == 1;
+    direct[k] = on && seen[ops[k].is_send != 0][ops[k].peer] == 1 && ops[k].bytes >= min;
     picked += direct[k];
   }
   return picked;
