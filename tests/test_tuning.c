@@ -31,6 +31,9 @@ static struct ncclComm fake_comm(int nranks, int host_engine) {
   c.nranks = nranks;
   c.cuda_dev = host_engine ? -1 : 0;
   c.peers = peers; /* zeroed: every peer on this host */
+  /* GPU ranks between GPUs over PCIe, whose rows are placeholders (shm's
+   * figures): the tests below are of the model's rules, not of a fit. */
+  if (!host_engine) c.gpu_path = WEFT_TUNE_PCIE;
   return c;
 }
 
@@ -571,6 +574,73 @@ START_TEST(fitted_protocol) {
 }
 END_TEST
 
+/* Several GPUs of one process (cuda_direct 2): Direct on the ranks' own
+ * buffers where a row of the path fitted on the collective says it is
+ * faster than the plans, the plans otherwise. Here an AllGather on 2
+ * ranks over NVLink: Ring 10 us + B / 2e5, Direct 15 us + B / 4e5, Direct
+ * from 2e6 bytes; ReduceScatter has no Direct row fitted on it; over PCIe
+ * nothing is fitted; NCCL_ALGO=Ring keeps the ring. */
+START_TEST(own_buffers_gpus_fitted) {
+  static const struct weft_tune_fit rows[] = {
+      {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLGATHER, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 10.0, 2e5, 1,
+       "test"},
+      {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLGATHER, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 15.0, 4e5, 1,
+       "test"},
+      {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCESCATTER, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 10.0, 2e5,
+       1, "test"},
+  };
+  weft_tune_fits_use(rows, 3);
+  struct ncclComm c = fake_comm(2, 0);
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  c.cuda_direct = 2;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 1900000, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 2100000, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+  ck_assert_int_eq(t.fitted, 1);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_REDUCESCATTER, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  c.gpu_path = WEFT_TUNE_PCIE;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  weft_tune_fits_use(NULL, 0);
+}
+END_TEST
+
+/* The compiled table's NVLink rows (2 H200s, sched/tuning_fit.c): every
+ * collective Direct has runs on the ranks' own buffers at 256 MiB, and an
+ * AllGather of 64 KiB a rank on the ring. */
+START_TEST(own_buffers_gpus_table) {
+  struct ncclComm c = fake_comm(2, 0);
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  c.cuda_direct = 2;
+  struct weft_tuning t;
+  for (int f = WEFT_FUNC_ALLREDUCE; f <= WEFT_FUNC_REDUCE; f++) {
+    ck_assert_int_eq(weft_tune(&c, 1, (enum weft_func)f, 256u << 20, 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+    ck_assert_int_eq(t.fitted, 1);
+  }
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 64u << 10, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(t.fitted, 1);
+}
+END_TEST
+
+/* The same with NCCL_ALGO=Ring (read once, at the first tuning). */
+START_TEST(own_buffers_gpus_ring_asked) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  struct ncclComm c = fake_comm(2, 0);
+  c.gpu_path = WEFT_TUNE_NVLINK;
+  c.cuda_direct = 2;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLGATHER, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_ALLREDUCE, 1u << 30, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.algo, WEFT_ALGO_RING);
+}
+END_TEST
+
 /* One GPU's ranks (cuda_direct 1) take Direct on their own buffers while
  * its row is a placeholder; once measured, the model decides: here Direct
  * 2 us + 3 B / 1000 against Ring 6 x 10 us + 1.5 B / 1e6 on 4 ranks,
@@ -657,7 +727,7 @@ END_TEST
 /* NCCL_DEBUG_SUBSYS=TUNING: the line names the path, the choice and the
  * estimate, and whether its row is fitted: host ranks on shm read the
  * fitted 4-rank row (6 x 0.594 us + 1.5 x 4096 / 8446), the CUDA engine
- * between GPUs (nvlink here) a placeholder (6 x 3 us + 1.5 x 4096 / 5000). */
+ * between GPUs (pcie here) a placeholder (6 x 3 us + 1.5 x 4096 / 5000). */
 START_TEST(tuning_line) {
   char path[64];
   snprintf(path, sizeof(path), "/tmp/weft-test-tuning.%d", (int)getpid());
@@ -679,8 +749,8 @@ START_TEST(tuning_line) {
                        "chunk 4096 (est 4.3 us, fitted)") != NULL,
                 "%s", all);
   ck_assert_msg(
-      strstr(all, "AllReduce 4096 bytes nranks 4 path nvlink: Ring, Simple, 1 channel") != NULL,
-      "%s", all);
+      strstr(all, "AllReduce 4096 bytes nranks 4 path pcie: Ring, Simple, 1 channel") != NULL, "%s",
+      all);
   ck_assert_msg(strstr(all, "(est 19.2 us, placeholder)") != NULL, "%s", all);
 }
 END_TEST
@@ -745,6 +815,9 @@ int main(void) {
   tcase_add_test(tc, net_links_direct);
   tcase_add_test(tc, own_buffers_one_gpu);
   tcase_add_test(tc, own_buffers_asked);
+  tcase_add_test(tc, own_buffers_gpus_fitted);
+  tcase_add_test(tc, own_buffers_gpus_ring_asked);
+  tcase_add_test(tc, own_buffers_gpus_table);
   tcase_add_test(tc, own_buffers_processes);
   tcase_add_test(tc, ll128_nvlink_only);
   tcase_add_test(tc, ll128_not_picked_unmeasured);

@@ -325,10 +325,12 @@ static int window_keeps_ring(const struct ncclComm *comm, enum weft_func func, d
 
 /* Whether Direct on the ranks' own buffers (comm->cuda_direct) runs func,
  * and then *out: the collectives it has, where NCCL_ALGO allows it; by
- * default only where every rank shares one GPU (measured there,
+ * default where every rank shares one GPU (measured there,
  * docs/PERFORMANCE.md) unless rows of the path fitted on func say a plan
  * is faster, and across processes there only for calls in LL lines; on
- * several GPUs of one process when NCCL_ALGO names it. */
+ * several GPUs of one process where rows of the path fitted on func say
+ * it is faster than the plans (NVLink: docs/PERFORMANCE.md, "Two H200s
+ * over NVLink, again"), or when NCCL_ALGO names it. */
 static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func func,
                        enum weft_tune_path path, double bytes, int mapped, unsigned algos,
                        unsigned protos, struct choice *out) {
@@ -342,17 +344,23 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
    * on windows every rank mapped (docs/CUDA.md, "Across processes"). */
   if (comm->cuda_direct == 3 && bytes > (double)comm->cuda_direct_ll_bytes && !mapped) return 0;
   if (comm->cuda_direct == 3 && mapped && window_keeps_ring(comm, func, bytes)) return 0;
-  if (comm->cuda_direct == 2 && weft_param_str(WEFT_PARAM_ALGO) == NULL) return 0;
   out->algo = WEFT_ALGO_DIRECT;
   out->proto = WEFT_PROTO_SIMPLE;
   out->row = weft_tune_fit_find(path, func, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, n);
   out->us = out->row != NULL ? weft_tune_model_us(out->row, func, WEFT_ALGO_DIRECT, n, bytes) : 0;
   unsigned plans = algos & ~(1u << WEFT_ALGO_DIRECT);
   /* A Direct row fitted on another collective says little of this one's
-   * own-buffers kernel, whose steps are not a ring's: the rule holds. */
-  if (comm->cuda_direct != 1 || out->row == NULL || !out->row->measured || out->row->func != func ||
-      plans == 0)
+   * own-buffers kernel, whose steps are not a ring's: the rule holds. On
+   * several GPUs NCCL_ALGO naming Direct decides, else the fit, else the
+   * plans. */
+  int fitted = out->row != NULL && out->row->measured && out->row->func == func;
+  if (comm->cuda_direct == 2) {
+    if (weft_param_str(WEFT_PARAM_ALGO) != NULL) return 1;
+    if (!fitted) return 0;
+  } else if (comm->cuda_direct == 3 || !fitted) {
     return 1;
+  }
+  if (plans == 0) return 1;
   struct choice plan;
   pick(path, func, n, bytes, plans, protos, &plan);
   return plan.row == NULL || !plan.row->measured || out->us <= plan.us;

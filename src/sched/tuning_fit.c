@@ -123,6 +123,49 @@ static const struct weft_tune_fit fits[] = {
      "the H200 machine (16 cores) 2026-12-04: WEFT_BENCH_HOSTS=1 (MPS) NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 48.36 us + B / 13.66 GB/s, 13 sizes, rms 26.0% */
     {WEFT_TUNE_NET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 31.2175, 6487.82, 1,
      "the H200 machine (16 cores) 2026-12-04: WEFT_BENCH_HOSTS=1 (MPS) NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 31.22 us + B / 6.488 GB/s, 13 sizes, rms 28.0% */
+    /* NVLink, 2 GPUs of one process (one thread drives both), one row set
+     * per collective (docs/PERFORMANCE.md, "Two H200s over NVLink, again").
+     * The sweep ran before topo/detect_nvml.c placed NVLinks whose far end
+     * a VM hides, so its TUNING lines named the path "staged"; the links
+     * were the p2p transport's over NVLink all the same (peer access), and
+     * weft-fit was rerun on its JSON files with --path nvlink. Its LL128
+     * runs are left out (LL128 ran as Simple on a path not known to be
+     * NVLink), as are Direct's LL and LL128 (Direct on the ranks' own
+     * buffers has no protocol). */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 8.49359, 246403, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 16.99 us + B / 246.4 GB/s, 27 sizes, rms 3.6% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 8.54081, 63385, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 17.08 us + B / 63.38 GB/s, 22 sizes, rms 4.3% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 14.855, 333401, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 14.86 us + B / 333.4 GB/s, 27 sizes, rms 10.4% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 8.91506, 551656, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 17.83 us + B / 275.8 GB/s, 27 sizes, rms 7.5% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_LL, 2, 8.5333, 135249, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=LL weft-bench allreduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 17.07 us + B / 67.62 GB/s, 22 sizes, rms 4.7% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLGATHER, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 11.2759, 204109, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allgather --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 11.28 us + B / 204.1 GB/s, 27 sizes, rms 5.0% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLGATHER, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 12.7552, 68103.4, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench allgather --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 12.76 us + B / 68.1 GB/s, 22 sizes, rms 5.4% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_ALLGATHER, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 14.1696, 353324, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allgather --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 14.17 us + B / 353.3 GB/s, 27 sizes, rms 10.7% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCESCATTER, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 11.0269, 218796, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench reducescatter --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 11.03 us + B / 218.8 GB/s, 27 sizes, rms 6.2% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCESCATTER, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 13.0275, 61849, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench reducescatter --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 13.03 us + B / 61.85 GB/s, 22 sizes, rms 8.7% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCESCATTER, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 14.2998, 327526, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench reducescatter --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 14.3 us + B / 327.5 GB/s, 27 sizes, rms 10.5% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_BROADCAST, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 9.6768, 253161, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench broadcast --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 9.677 us + B / 253.2 GB/s, 27 sizes, rms 7.4% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_BROADCAST, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 8.77615, 111997, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench broadcast --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 8.776 us + B / 112 GB/s, 22 sizes, rms 4.6% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_BROADCAST, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 13.4091, 347693, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench broadcast --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 13.41 us + B / 347.7 GB/s, 27 sizes, rms 8.3% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 10.0267, 336436, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench reduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 10.03 us + B / 336.4 GB/s, 27 sizes, rms 7.1% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCE, WEFT_ALGO_RING, WEFT_PROTO_LL, 2, 9.3672, 88750.2, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Ring NCCL_PROTO=LL weft-bench reduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 9.367 us + B / 88.75 GB/s, 22 sizes, rms 8.2% */
+    {WEFT_TUNE_NVLINK, WEFT_FUNC_REDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 2, 14.1231, 346144, 1,
+     "2x H200 (NV18), 32 cores 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench reduce --gpu -np 1 -t 1 -g 2 -b 8 -e 512M -f 2 -n 10 -w 2 -c 0 (LL runs: -e 16M)"}, /* 14.12 us + B / 346.1 GB/s, 27 sizes, rms 7.8% */
     /* clang-format on */
 
     /* Placeholders (the first row of a kind wins a tie). */
