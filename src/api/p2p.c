@@ -85,6 +85,11 @@ WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t 
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   for (int p = 0; p < n && res == ncclSuccess; p++) {
+    /* The rank's own block, in place: nothing to move (as in Gather and
+     * Scatter below), and no send and receive for the group to pair. */
+    if (p == comm->rank &&
+        block(sendbuff, (size_t)p, count, datatype) == block(recvbuff, (size_t)p, count, datatype))
+      continue;
     res = p2p_add(comm, WEFT_FUNC_SEND, block(sendbuff, (size_t)p, count, datatype), count,
                   datatype, p, stream);
     if (res == ncclSuccess)
