@@ -114,6 +114,40 @@ static ncclResult_t map_boards(const struct ncclComm *comm, struct weft_cuda_dir
   return ncclSuccess;
 }
 
+/* Several GPUs of one process: the direct kernels read and write the
+ * ranks' own buffers across GPUs. Peer access covers cudaMalloc's memory;
+ * a stream-ordered pool's is reachable from another GPU only once the
+ * pool grants it. The default pool of this rank's GPU (cudaMallocAsync's)
+ * grants every peer GPU of the communicator read and write, as programs
+ * that use pools across GPUs must; other pools and cuMem mappings are the
+ * program's to share (docs/CUDA.md, "Known problems"). A refusal is said
+ * at INFO and changes nothing else. */
+static void pool_share(const struct ncclComm *comm, const unsigned char *cross) {
+  int dev = comm->cuda_dev;
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, dev) != cudaSuccess) {
+    cudaGetLastError();
+    INFO(WEFT_INIT, "rank %d: GPU %d has no default memory pool to share", comm->rank, dev);
+    return;
+  }
+  for (int p = 0; p < comm->nranks; p++) {
+    int peer = comm->peers[p].cuda_dev;
+    if (!cross[p] || peer < 0 || peer == dev) continue;
+    struct cudaMemLocation at = {.type = cudaMemLocationTypeDevice, .id = peer};
+    enum cudaMemAccessFlags flags = cudaMemAccessFlagsProtNone;
+    if (cudaMemPoolGetAccess(&flags, pool, &at) == cudaSuccess &&
+        flags == cudaMemAccessFlagsProtReadWrite)
+      continue;
+    struct cudaMemAccessDesc desc = {.location = at, .flags = cudaMemAccessFlagsProtReadWrite};
+    cudaError_t e = cudaMemPoolSetAccess(pool, &desc, 1);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      INFO(WEFT_INIT, "rank %d: GPU %d's default memory pool not shared with GPU %d: %s",
+           comm->rank, dev, peer, cudaGetErrorString(e));
+    }
+  }
+}
+
 ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char *cross,
                                      struct weft_cuda_direct **out) {
   *out = NULL;
@@ -173,6 +207,7 @@ ncclResult_t weft_cuda_direct_create(struct ncclComm *comm, const unsigned char 
   res = weft_dev_board_table(boards, n, &d->table);
   if (res != ncclSuccess) goto fail;
   for (int p = 0; p < n; p++) d->sys |= cross[p] != 0;
+  if (d->sys && !procs) pool_share(comm, cross);
   if (procs)
     INFO(WEFT_INIT,
          "rank %d: CUDA engine: direct collectives in LL lines up to %zu bytes a rank (%d ranks "
