@@ -130,10 +130,10 @@ static ncclResult_t gpu_links(struct weft_topo *topo, const struct nvml_api *api
   }
   INFO(WEFT_GRAPH,
        "topology: NVML, GPU %s: %d active links (%d to bus ids not in this topology, %d "
-       "whose far end has no bus id: an NVSwitch %s hides, or dropped), %d inactive, %d whose "
-       "state NVML refused, %d whose far end NVML refused (first NVML error %d)",
-       topo->nodes[g].busid, *links_out, c.unknown_far, c.hidden_far, "a VM", c.inactive,
-       c.state_err, c.pci_err, c.first_err);
+       "whose far end has no bus id: an NVSwitch a VM hides, or dropped), %d inactive, %d "
+       "whose state NVML refused, %d whose far end NVML refused (first NVML error %d)",
+       topo->nodes[g].busid, *links_out, c.unknown_far, c.hidden_far, c.inactive, c.state_err,
+       c.pci_err, c.first_err);
   return ncclSuccess;
 }
 
