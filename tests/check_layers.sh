@@ -96,6 +96,7 @@ check_file() {
       src/core/* | src/api/* | src/sched/*)
         case $f:$inc in
           src/core/*:exec/*) breach "$where" "$inc" "core/ includes no exec/ header (the engine table is core/engine.h)" ;;
+          src/core/*:sched/*) breach "$where" "$inc" "core/ includes no sched/ header (sched/ builds on core/comm.h)" ;;
           *:exec/engine.h) ;;
           *:exec/*) breach "$where" "$inc" "api/ and sched/ include exec/engine.h only" ;;
         esac

@@ -95,7 +95,7 @@ struct ncclComm {
    * on every rank. */
   int host_channels;
   /* The slowest kind of link between two GPU ranks of the communicator, an
-   * enum weft_tune_path (sched/tuning_model.h) for the tuning model: same
+   * enum weft_tune_path (base/path_type.h) for the tuning model: same
    * GPU, NVLink, PCIe, staged or net; 0 where a rank has no GPU the
    * topology knows (core/comm_topo.c). Over every pair, so the same on
    * every rank that sees the same topology. */

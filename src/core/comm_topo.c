@@ -19,7 +19,7 @@
 #include "base/check.h"
 #include "core/device.h"
 #include "base/param.h"
-#include "sched/tuning_model.h"
+#include "base/path_type.h"
 #include "topo/topo.h"
 
 static pthread_once_t topo_once = PTHREAD_ONCE_INIT;

@@ -1,6 +1,6 @@
 /* The tuning model's terms, shared by the library (sched/tuning.c) and the
- * program that fits them (bench/weft-fit.c): the path types, one fitted
- * row of latency and bandwidth, and how a collective's time is made of a
+ * program that fits them (bench/weft-fit.c): one fitted row of latency
+ * and bandwidth per path type (base/path_type.h), and how a collective's time is made of a
  * link's per-step latency and bandwidth. Header only, so that weft-fit
  * needs nothing of the library but these few lines. */
 #ifndef WEFT_SCHED_TUNING_MODEL_H
@@ -8,27 +8,8 @@
 
 #include <math.h>
 
+#include "base/path_type.h"
 #include "sched/schedule.h"
-
-/* What carries a communicator's links, the slowest kind where they
- * differ: the model's first key. */
-enum weft_tune_path {
-  WEFT_TUNE_LOCAL,    /* one rank: a local copy */
-  WEFT_TUNE_SAME_GPU, /* GPU ranks, all on one GPU */
-  WEFT_TUNE_NVLINK,   /* GPU ranks, p2p over NVLink */
-  WEFT_TUNE_PCIE,     /* GPU ranks, p2p over PCIe */
-  WEFT_TUNE_STAGED,   /* GPU ranks through host memory (the shm transport) */
-  WEFT_TUNE_SHM,      /* host ranks of one host */
-  WEFT_TUNE_SOCKET,   /* host ranks over sockets */
-  WEFT_TUNE_NET,      /* GPU ranks over the network (net links) */
-  WEFT_TUNE_PATH_COUNT
-};
-
-static inline const char *weft_tune_path_name(enum weft_tune_path p) {
-  static const char *const names[WEFT_TUNE_PATH_COUNT] = {
-      "local", "same-gpu", "nvlink", "pcie", "staged", "shm", "socket", "gpu-net"};
-  return (int)p >= 0 && p < WEFT_TUNE_PATH_COUNT ? names[p] : "unknown";
-}
 
 /* One row of the table (sched/tuning_fit.c): a link's latency per step
  * (alpha, microseconds) and bandwidth (beta, bytes per microsecond) for
