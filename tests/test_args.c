@@ -298,6 +298,21 @@ static int args_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   /* Count 0 needs no buffers. */
   HNCCL(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, NULL));
 
+  /* Nor peers: a call of 0 elements queues nothing (as in NCCL). Only rank
+   * 0 makes these; had one been queued, it would wait for the others (a
+   * host rank's call returns when done) or put the ranks out of step. */
+  if (rank == 0) {
+    HNCCL(ncclAllReduce(NULL, NULL, 0, ncclFloat32, ncclSum, comm, NULL));
+    HNCCL(ncclAllGather(NULL, NULL, 0, ncclInt8, comm, NULL));
+    HNCCL(ncclReduceScatter(NULL, NULL, 0, ncclInt8, ncclMax, comm, NULL));
+    HNCCL(ncclBroadcast(NULL, NULL, 0, ncclInt8, 1, comm, NULL));
+    HNCCL(ncclReduce(NULL, NULL, 0, ncclInt8, ncclSum, 1, comm, NULL));
+    HNCCL(ncclAlltoAll(NULL, NULL, 0, ncclInt8, comm, NULL));
+    HNCCL(ncclGather(NULL, NULL, 0, ncclInt8, 1, comm, NULL));
+    HNCCL(ncclScatter(NULL, NULL, 0, ncclInt8, 1, comm, NULL));
+  }
+  if (good_allreduce(comm, rank, nranks, 5)) return 1;
+
   if (bad_collectives(comm, rank, nranks) || bad_p2p(comm, rank, nranks) || bad_redops(comm))
     return 1;
   if (good_allreduce(comm, rank, nranks, 7)) return 1;

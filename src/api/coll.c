@@ -31,6 +31,9 @@ static ncclResult_t coll_submit(struct ncclComm *comm, const struct weft_coll *c
   TRACE(WEFT_COLL, "%s: rank %d opCount %llu count %zu %s op %d root %d sendbuff %p recvbuff %p",
         weft_func_name(coll->func), comm->rank, (unsigned long long)comm->op_seq, coll->count,
         weft_dtype_name(coll->datatype), (int)coll->op, coll->root, coll->sendbuff, coll->recvbuff);
+  /* Nothing to move: once its arguments pass, a call of 0 elements queues
+   * nothing and needs no peer, as in NCCL. */
+  if (coll->count == 0) return ncclSuccess;
   return weft_group_add_on(comm, coll, use, (void *)stream);
 }
 

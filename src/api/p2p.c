@@ -82,6 +82,7 @@ WEFT_API ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t 
   WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, count, datatype, n,
                                           sendbuff));
   WEFT_CHECK(weft_check_comm_stream(comm, caller, stream));
+  if (count == 0) return ncclSuccess; /* as a collective of 0 elements (api/coll.c) */
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   for (int p = 0; p < n && res == ncclSuccess; p++) {
@@ -109,6 +110,7 @@ static ncclResult_t rooted_blocks(struct ncclComm *comm, enum weft_func blocks_f
                                   const void *blocks, const void *own, size_t count,
                                   ncclDataType_t datatype, int root, cudaStream_t stream) {
   enum weft_func own_func = blocks_func == WEFT_FUNC_RECV ? WEFT_FUNC_SEND : WEFT_FUNC_RECV;
+  if (count == 0) return ncclSuccess; /* as a collective of 0 elements (api/coll.c) */
   ncclResult_t res = ncclSuccess;
   ncclGroupStart();
   if (comm->rank != root) {
