@@ -81,6 +81,9 @@ static void spawn_ranks(const int *ranks, int count, int nranks, rank_fn fn, pid
       /* A rank must never outlive the test that started it. */
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(99);
+      /* Only the root's log (this process's) is read: the ranks' would be
+       * files nobody removes. */
+      unsetenv("NCCL_DEBUG_FILE");
       for (int k = 0; k < i; k++) close(pipes[k]);
       close(fds[1]);
       ncclUniqueId id;

@@ -145,13 +145,17 @@ static int poison(struct rk *k, const struct cs *c, char *dev, size_t count) {
   return 0;
 }
 
+/* The call a rank-thread checks, for fetch's message. */
+static _Thread_local const char *t_call = "";
+
 /* Waits for the rank's streams, checks the communicator, downloads. */
 static int fetch(struct rk *k, const struct cs *c, const char *dev, size_t count) {
   HCUDA(cudaStreamSynchronize(k->s2));
   HCUDA(cudaStreamSynchronize(k->s));
   ncclResult_t err = ncclInProgress;
   HNCCL(ncclCommGetAsyncError(k->comm, &err));
-  HCHECK(err == ncclSuccess, "async error %d after %s count %zu", (int)err, c->d->name, c->count);
+  HCHECK(err == ncclSuccess, "async error %d after %s %s count %zu%s", (int)err, t_call, c->d->name,
+         c->count, c->inplace ? " in place" : "");
   HCUDA(cudaMemcpyAsync(k->h, dev, count * c->d->size, cudaMemcpyDeviceToHost, k->s));
   HCUDA(cudaStreamSynchronize(k->s));
   return 0;
@@ -179,6 +183,7 @@ static void op_drop(struct rk *k, const struct cs *c, ncclRedOp_t op) {
 /* ---- Collectives ---------------------------------------------------------------- */
 
 static int t_allreduce(struct rk *k, const struct cs *c) {
+  t_call = "AllReduce";
   char *out = c->inplace ? k->in : k->out;
   if (fill(k, c, k->in, 0, k->r, 0, c->count) || (!c->inplace && poison(k, c, out, c->count)))
     return 1;
@@ -192,6 +197,7 @@ static int t_allreduce(struct rk *k, const struct cs *c) {
 }
 
 static int t_allgather(struct rk *k, const struct cs *c) {
+  t_call = "AllGather";
   size_t n = (size_t)k->n, es = c->d->size;
   char *in = c->inplace ? k->out + (size_t)k->r * c->count * es : k->in;
   if (poison(k, c, k->out, n * c->count) || fill(k, c, in, 0, k->r, 0, c->count)) return 1;
@@ -204,6 +210,7 @@ static int t_allgather(struct rk *k, const struct cs *c) {
 }
 
 static int t_reducescatter(struct rk *k, const struct cs *c) {
+  t_call = "ReduceScatter";
   size_t n = (size_t)k->n, es = c->d->size, own = (size_t)k->r * c->count;
   char *out = c->inplace ? k->in + own * es : k->out;
   if (fill(k, c, k->in, 0, k->r, 0, n * c->count) || (!c->inplace && poison(k, c, out, c->count)))
@@ -220,6 +227,7 @@ static int t_reducescatter(struct rk *k, const struct cs *c) {
 /* Root n-1; non-roots pass no send buffer (out of place) or, in place,
  * their poisoned receive buffer. */
 static int t_broadcast(struct rk *k, const struct cs *c) {
+  t_call = "Broadcast";
   int root = k->n - 1, me = k->r == root;
   char *out = c->inplace ? k->in : k->out;
   if (poison(k, c, out, c->count) || (me && fill(k, c, k->in, 0, root, 0, c->count))) return 1;
@@ -233,6 +241,7 @@ static int t_broadcast(struct rk *k, const struct cs *c) {
 /* Root 0; a non-root's receive buffer is NULL (in place) or poisoned, and
  * must stay so: only what the engine writes is copied back. */
 static int t_reduce(struct rk *k, const struct cs *c) {
+  t_call = "Reduce";
   int me = k->r == 0;
   char *out = c->inplace ? (me ? k->in : NULL) : k->out;
   if (fill(k, c, k->in, 0, k->r, 0, c->count) ||
@@ -256,6 +265,7 @@ static int t_reduce(struct rk *k, const struct cs *c) {
 
 /* A ring: send on one stream, receive on another, in one group. */
 static int t_sendrecv(struct rk *k, const struct cs *c) {
+  t_call = "Send/Recv";
   int next = (k->r + 1) % k->n, prev = (k->r + k->n - 1) % k->n;
   if (fill(k, c, k->in, 0, k->r, 0, c->count) || poison(k, c, k->out, c->count)) return 1;
   HCUDA(cudaStreamSynchronize(k->s)); /* s2 must see the poison */
@@ -269,6 +279,7 @@ static int t_sendrecv(struct rk *k, const struct cs *c) {
 }
 
 static int t_alltoall(struct rk *k, const struct cs *c) {
+  t_call = "AlltoAll";
   size_t n = (size_t)k->n;
   char *out = c->inplace ? k->in : k->out;
   if (fill(k, c, k->in, 0, k->r, 0, n * c->count) ||
@@ -284,6 +295,7 @@ static int t_alltoall(struct rk *k, const struct cs *c) {
 
 /* Gather to root 1 % n, then Scatter from it. */
 static int t_gather_scatter(struct rk *k, const struct cs *c) {
+  t_call = "Gather/Scatter";
   size_t n = (size_t)k->n;
   int root = 1 % k->n, me = k->r == root;
   if (fill(k, c, k->in, 0, k->r, 0, c->count) || poison(k, c, k->out, n * c->count)) return 1;
@@ -306,6 +318,7 @@ static int t_gather_scatter(struct rk *k, const struct cs *c) {
 /* Eight in-place AllReduces queued back to back, with a device copy on the
  * stream between them: each must see the one before. */
 static int t_chain(struct rk *k) {
+  t_call = "AllReduce chain";
   struct cs c = {dtype_find(ncclFloat32), ncclSum, 61, 1};
   if (fill(k, &c, k->in, 0, k->r, 0, c.count)) return 1;
   for (int it = 0; it < 8; it++) {
@@ -322,6 +335,7 @@ static int t_chain(struct rk *k) {
 /* Three collectives in one group: ncclGroupEnd returns at once and the
  * stream runs them in order. */
 static int t_group(struct rk *k) {
+  t_call = "group";
   struct cs c = {dtype_find(ncclFloat32), ncclSum, 1001, 0};
   size_t es = 4, n = (size_t)k->n;
   char *a = k->out, *b = k->out + c.count * es, *g = k->out + 2 * c.count * es;
@@ -342,6 +356,7 @@ static int t_group(struct rk *k) {
 /* Forty calls of varied sizes queued with no wait between them: staging
  * is reused only once a stream is done with it, and grows with the sizes. */
 static int t_backlog(struct rk *k) {
+  t_call = "backlog";
   struct cs c = {dtype_find(ncclFloat32), ncclSum, 65536, 0};
   size_t off[40], cnt[40], at = 0;
   if (fill(k, &c, k->in, 0, k->r, 0, c.count)) return 1;
@@ -516,10 +531,9 @@ static int host_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   struct cs c = {dtype_find(ncclFloat32), ncclSum, 1021, 0};
   size_t es = 4, n = (size_t)nranks, bytes = n * c.count * es;
   char *hb = NULL;
-  /* Page-locked before the communicator exists: cudaHostAlloc waits for
-   * every stream of the context, and once the other rank (a thread of this
-   * process) has queued its AllReduce, its stream waits for this rank's
-   * part, so an allocation made then would wait for the timeout. */
+  /* Page-locked before the communicator exists, and freed after it is
+   * gone: cudaFreeHost waits for every stream of the context, and the
+   * other rank's stream may wait for this rank's part of a call. */
   HCUDA(cudaHostAlloc((void **)&hb, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
   if (rank_open(&k, rank, nranks, id)) {
     cudaFreeHost(hb);
@@ -540,8 +554,8 @@ static int host_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
     for (size_t i = 0; i < c.count; i++)
       EXPECT(&k, &c, "host-memory AlltoAll in place", p * c.count + i,
              val(&c, k.n, (int)p, (size_t)rank * c.count + i));
-  cudaFreeHost(hb);
   rank_close(&k, 1);
+  cudaFreeHost(hb);
   return 0;
 }
 

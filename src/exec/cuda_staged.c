@@ -17,16 +17,15 @@
  * Memory. A slot is pinned staging memory and its two host-mapped words;
  * it is free again once RELEASED holds its last sequence, which the stream
  * writes after the output copy. Slots are reused, grown to a power of two
- * when too small, and freed only at destroy: cudaFreeHost may synchronize
- * the device, which on the launch path or on the worker could wait for a
- * stream that waits for a task this very thread has yet to queue or run.
- * Outgrown buffers wait for destroy too (they total less than live ones).
- * A page-locked allocation is itself an implicit synchronization in CUDA
- * (it waits for work queued on every stream of the context), so a slot
- * grown while another rank of this process has a stream waiting for its
- * task can stall until that task times out. Slots of STAGED_INIT_BYTES are
- * made at init so common sizes never allocate on the launch path; growth
- * past them says so at INFO.
+ * when too small, and freed only at destroy: cudaFreeHost waits for the
+ * work of every stream (measured: docs/CUDA.md, "The staged path"), which
+ * on the launch path or on the worker could be a stream that waits for a
+ * task this very thread has yet to queue or run. Outgrown buffers wait for
+ * destroy too (they total less than live ones). Allocating does not wait
+ * (cudaHostAlloc returned in milliseconds while another stream waited), so
+ * a slot may grow on the launch path; slots of STAGED_INIT_BYTES are made
+ * at init anyway so common sizes never allocate there, and growth past
+ * them says so at INFO.
  *
  * Buffers in host memory (page-locked, or pageable where the GPU reads it,
  * which the argument checks accept) are not copied by the stream:
@@ -195,8 +194,9 @@ static ncclResult_t landed_wait(const struct staged_slot *slot) {
       WARN(
           "rank %d: %s (staged task %u): its input, copied to host memory on the caller's "
           "stream, has not landed after %lld s (is the stream blocked behind other work, or "
-          "failed?)",
-          comm->rank, slot->what, seq, (long long)weft_param_int(WEFT_PARAM_TIMEOUT));
+          "failed?); the slot's landed word still holds task %u",
+          comm->rank, slot->what, seq, (long long)weft_param_int(WEFT_PARAM_TIMEOUT),
+          word_load(&slot->words[W_LANDED]));
       return ncclSystemError;
     }
     nap(&ns);
@@ -272,9 +272,7 @@ static ncclResult_t slot_grow(struct ncclComm *comm, struct weft_cuda_staged *st
   }
   st->retired = ret;
   if (slot->cap >= STAGED_INIT_BYTES || st->nslots > STAGED_INIT_SLOTS)
-    INFO(WEFT_INIT,
-         "rank %d: staged path: %zu bytes more of page-locked staging memory (a CUDA implicit "
-         "synchronization: it waits for every stream of this process on the device)",
+    INFO(WEFT_INIT, "rank %d: staged path: %zu bytes more of page-locked staging memory",
          comm->rank, cap);
   void *mem = NULL;
   cudaError_t err = cudaHostAlloc(&mem, cap, cudaHostAllocPortable);
