@@ -84,6 +84,9 @@ struct staged_slot {
   uint32_t seq;     /* the task that used it last; 0: never used */
   int lost;         /* a stream operation failed half-way: never reused */
   const char *what; /* the call, for messages */
+  /* Recorded on the task's stream before its input copy and after its
+   * landed write: a timed-out wait says which the stream passed. */
+  cudaEvent_t marks[2];
   /* Copies of host-memory buffers, made by the worker (see above). */
   struct staged_copy *host;
   int nhost, host_cap;
@@ -116,6 +119,12 @@ static size_t align_up(size_t x) {
 
 static char *slot_at(const struct staged_slot *slot, size_t off) {
   return slot->mem != NULL ? slot->mem + off : NULL;
+}
+
+static ncclResult_t cuda_fail(const struct ncclComm *comm, const char *what, const char *call,
+                              cudaError_t err) {
+  WARN("rank %d: %s on the staged path: %s: %s", comm->rank, what, call, cudaGetErrorString(err));
+  return ncclUnhandledCudaError;
 }
 
 /* ---- Words ------------------------------------------------------------------ */
@@ -171,6 +180,15 @@ static void host_copies(const struct staged_slot *slot, int out) {
     if (slot->host[i].out == out) memcpy(slot->host[i].dst, slot->host[i].src, slot->host[i].bytes);
 }
 
+/* Where the task's stream stands, from its marks (see struct staged_slot). */
+static const char *stream_stand(const struct staged_slot *slot) {
+  if (cudaEventQuery(slot->marks[0]) == cudaErrorNotReady)
+    return "the stream has not reached the call (work queued before it is unfinished)";
+  if (cudaEventQuery(slot->marks[1]) == cudaErrorNotReady)
+    return "the stream reached the call but has not finished its input copy and landed write";
+  return "the stream wrote the landed word, yet it does not show here";
+}
+
 /* Waits for the stream to land the task's input. Bounded like every wait:
  * WEFT_TIMEOUT, or at once on abort. */
 static ncclResult_t landed_wait(const struct staged_slot *slot) {
@@ -193,10 +211,9 @@ static ncclResult_t landed_wait(const struct staged_slot *slot) {
     if (now >= deadline) {
       WARN(
           "rank %d: %s (staged task %u): its input, copied to host memory on the caller's "
-          "stream, has not landed after %lld s (is the stream blocked behind other work, or "
-          "failed?); the slot's landed word still holds task %u",
+          "stream, has not landed after %lld s: %s (the slot's landed word holds task %u)",
           comm->rank, slot->what, seq, (long long)weft_param_int(WEFT_PARAM_TIMEOUT),
-          word_load(&slot->words[W_LANDED]));
+          stream_stand(slot), word_load(&slot->words[W_LANDED]));
       return ncclSystemError;
     }
     nap(&ns);
@@ -237,6 +254,15 @@ static int slot_free(const struct staged_slot *s) {
   return !s->lost && (s->seq == 0 || word_load(&s->words[W_RELEASED]) == s->seq);
 }
 
+/* A slot's words, marks and lists; its staging memory is the caller's. */
+static void slot_drop(struct staged_slot *s, int free_pinned) {
+  if (free_pinned && s->words != NULL) cudaFreeHost(s->words);
+  for (int i = 0; i < 2; i++)
+    if (s->marks[i] != NULL) cudaEventDestroy(s->marks[i]);
+  free(s->host);
+  free(s);
+}
+
 static ncclResult_t slot_new(struct ncclComm *comm, struct weft_cuda_staged *st,
                              struct staged_slot **out) {
   struct staged_slot **grown = realloc(st->slots, (size_t)(st->nslots + 1) * sizeof(*grown));
@@ -250,8 +276,12 @@ static ncclResult_t slot_new(struct ncclComm *comm, struct weft_cuda_staged *st,
   s->comm = comm;
   s->st = st;
   ncclResult_t res = words_alloc(comm, &s->words, &s->words_dev);
+  for (int i = 0; i < 2 && res == ncclSuccess; i++) {
+    cudaError_t err = cudaEventCreateWithFlags(&s->marks[i], cudaEventDisableTiming);
+    if (err != cudaSuccess) res = cuda_fail(comm, "init", "cudaEventCreateWithFlags", err);
+  }
   if (res != ncclSuccess) {
-    free(s);
+    slot_drop(s, 1);
     return res;
   }
   st->slots[st->nslots++] = s;
@@ -332,12 +362,6 @@ static ncclResult_t slot_get(struct ncclComm *comm, struct weft_cuda_staged *st,
 }
 
 /* ---- The stream side ---------------------------------------------------------- */
-
-static ncclResult_t cuda_fail(const struct ncclComm *comm, const char *what, const char *call,
-                              cudaError_t err) {
-  WARN("rank %d: %s on the staged path: %s: %s", comm->rank, what, call, cudaGetErrorString(err));
-  return ncclUnhandledCudaError;
-}
 
 static ncclResult_t cu_fail(const struct ncclComm *comm, const struct weft_cuda_staged *st,
                             const char *what, const char *call, CUresult r) {
@@ -423,6 +447,12 @@ static ncclResult_t word_write(const struct ncclComm *comm, const struct staged_
   return ncclSuccess;
 }
 
+static ncclResult_t mark(const struct ncclComm *comm, const struct staged_slot *slot, int which,
+                         cudaStream_t s) {
+  cudaError_t err = cudaEventRecord(slot->marks[which], s);
+  return err == cudaSuccess ? ncclSuccess : cuda_fail(comm, slot->what, "cudaEventRecord", err);
+}
+
 /* One task's work on one stream: its copies in, then out. */
 struct staged_issue {
   struct staged_slot *slot;
@@ -442,8 +472,10 @@ static ncclResult_t staged_issue(struct ncclComm *comm, struct weft_host_task *t
   if (++st->seq == 0) st->seq = 1; /* 0 marks a slot never used */
   slot->seq = st->seq;
   task->hooks = (struct weft_host_hooks){staged_task_start, staged_task_done, slot};
-  ncclResult_t res = copies_issue(comm, slot->what, is->copies, is->ncopies, 0, is->s);
+  ncclResult_t res = mark(comm, slot, 0, is->s);
+  if (res == ncclSuccess) res = copies_issue(comm, slot->what, is->copies, is->ncopies, 0, is->s);
   if (res == ncclSuccess) res = word_write(comm, slot, W_LANDED, is->s);
+  if (res == ncclSuccess) res = mark(comm, slot, 1, is->s);
   if (res != ncclSuccess) {
     weft_host_task_free(task);
     goto fail;
@@ -684,9 +716,7 @@ static ncclResult_t staged_probe(const struct ncclComm *comm, const struct weft_
 static void staged_free(struct weft_cuda_staged *st, int free_pinned) {
   for (int i = 0; i < st->nslots; i++) {
     if (free_pinned && st->slots[i]->mem != NULL) cudaFreeHost(st->slots[i]->mem);
-    if (free_pinned && st->slots[i]->words != NULL) cudaFreeHost(st->slots[i]->words);
-    free(st->slots[i]->host);
-    free(st->slots[i]);
+    slot_drop(st->slots[i], free_pinned);
   }
   for (int i = 0; i < st->nretired && free_pinned; i++) cudaFreeHost(st->retired[i]);
   if (free_pinned && st->done != NULL) cudaFreeHost(st->done);
