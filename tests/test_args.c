@@ -383,14 +383,20 @@ START_TEST(test_null_config) {
 }
 END_TEST
 
+/* NCCL 2.28's device API, which nccl.h does not declare (src/api/unsupported.c). */
+struct ncclDevComm;
+struct ncclDevCommRequirements;
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
+                               struct ncclDevComm *outDevComm);
+
 /* A call weft does not implement says so (ncclInvalidUsage, named in the
  * last error) and leaves the communicator working. */
 static int unsupported_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm = NULL;
   HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
-  if (rejected(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage, comm,
-               "ncclCommRevoke(...)", "ncclCommRevoke", "ncclCommRevoke"))
+  if (rejected(ncclDevCommCreate(comm, NULL, NULL), ncclInvalidUsage, comm,
+               "ncclDevCommCreate(...)", "ncclDevCommCreate", "device API"))
     return 1;
   if (good_allreduce(comm, rank, nranks, 6)) return 1;
   HNCCL(ncclCommDestroy(comm));

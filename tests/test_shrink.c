@@ -3,8 +3,11 @@
  * elsewhere), and the new communicator numbers the kept ranks in parent
  * order and runs collectives. Also: a failed parent shrunk with
  * NCCL_SHRINK_ABORT, two shrinks in a row, a non-blocking shrink, kept
- * ranks that disagree on the list, and every argument error. */
+ * ranks that disagree on the list, and every argument error. And
+ * ncclCommRevoke: on an idle communicator, and from another thread while
+ * a call waits for a rank that never comes, followed by a shrink. */
 #include <check.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +266,118 @@ START_TEST(test_shrink_args) {
 }
 END_TEST
 
+/* ---- ncclCommRevoke ----------------------------------------------------------- */
+
+/* On an idle communicator: a bad flag is refused and changes nothing;
+ * then revoke returns at once, the state reads ncclSuccess, new work and
+ * finalize are refused naming the revoke, a second revoke is harmless, and
+ * a split of the revoked communicator by every rank works. */
+static int revoke_idle_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL, half = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (expect_invalid(ncclCommRevoke(NULL, NCCL_REVOKE_DEFAULT), "revoke of NULL", "comm is NULL") ||
+      expect_invalid(ncclCommRevoke(comm, 1), "revokeFlags 1", "revokeFlags") ||
+      harness_allreduce_ok(comm, nranks))
+    return 1;
+  double t0 = harness_now();
+  HNCCL(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  HCHECK(harness_now() - t0 < 2, "revoking an idle communicator took %.1f s", harness_now() - t0);
+  ncclResult_t err = ncclInternalError;
+  HNCCL(ncclCommGetAsyncError(comm, &err));
+  HCHECK(err == ncclSuccess, "the state after revoke is %d, expected ncclSuccess", (int)err);
+  float buf[4] = {0};
+  ncclResult_t res = ncclAllReduce(buf, buf, 4, ncclFloat32, ncclSum, comm, NULL);
+  const char *msg = ncclGetLastError(NULL);
+  HCHECK(res == ncclInvalidUsage && strstr(msg, "ncclAllReduce") && strstr(msg, "revoked"),
+         "all-reduce on a revoked communicator -> %d, last error \"%s\"", (int)res, msg);
+  res = ncclSend(buf, 4, ncclFloat32, (rank + 1) % nranks, comm, NULL);
+  HCHECK(res == ncclInvalidUsage, "send on a revoked communicator -> %d", (int)res);
+  res = ncclCommFinalize(comm);
+  msg = ncclGetLastError(NULL);
+  HCHECK(res == ncclInvalidUsage && strstr(msg, "revoked"),
+         "finalize of a revoked communicator -> %d, last error \"%s\"", (int)res, msg);
+  HNCCL(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  /* Colors 0 (even ranks) and 1 (odd ranks), in parent order. */
+  int parents[MAXR], n = 0, me = -1;
+  for (int r = rank % 2; r < nranks; r += 2) {
+    if (r == rank) me = n;
+    parents[n++] = r;
+  }
+  HNCCL(ncclCommSplit(comm, rank % 2, rank, &half, NULL));
+  HCHECK(half != NULL, "split of a revoked communicator gave none");
+  if (check_shape(half, n, me, parents)) return 1;
+  HNCCL(ncclCommDestroy(half));
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_revoke_idle) {
+  char why[8192];
+  /* Processes: the last error is one per process, as in NCCL. */
+  int rc = harness_procs(3, 60, revoke_idle_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
+struct revoker {
+  ncclComm_t comm;
+  ncclResult_t res;
+  double took;
+};
+
+static void *revoke_later(void *arg) {
+  struct revoker *v = arg;
+  harness_sleep_ms(300);
+  double t0 = harness_now();
+  v->res = ncclCommRevoke(v->comm, NCCL_REVOKE_DEFAULT);
+  v->took = harness_now() - t0;
+  return NULL;
+}
+
+/* Rank 2 is alive but never joins the second all-reduce. On ranks 0 and 1
+ * another thread revokes the communicator 0.3 s into it: the all-reduce
+ * returns an error long before WEFT_TIMEOUT (10 s here), the revoke
+ * returns once it has, and the two shrink the revoked communicator by
+ * default and go on. */
+static int revoke_in_flight_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL, pair = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (harness_allreduce_ok(comm, nranks)) return 1;
+  if (rank == 2) {
+    harness_sleep_ms(3000);
+    HNCCL(ncclCommAbort(comm));
+    return 0;
+  }
+  struct revoker v = {comm, ncclInternalError, 0};
+  pthread_t t;
+  HCHECK(pthread_create(&t, NULL, revoke_later, &v) == 0, "pthread_create failed");
+  float buf[256] = {0};
+  double t0 = harness_now();
+  ncclResult_t res = ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, NULL);
+  double took = harness_now() - t0;
+  pthread_join(t, NULL);
+  HCHECK(res != ncclSuccess, "the all-reduce without rank 2 succeeded");
+  HCHECK(took < 5, "the revoked all-reduce returned after %.1f s", took);
+  HCHECK(v.res == ncclSuccess, "ncclCommRevoke -> %d: %s", (int)v.res, ncclGetLastError(NULL));
+  HCHECK(v.took < 5, "ncclCommRevoke took %.1f s", v.took);
+  int exclude[] = {2}, kept[MAXR], me = -1;
+  int n = kept_of(nranks, exclude, 1, kept, rank, &me);
+  HNCCL(ncclCommShrink(comm, exclude, 1, &pair, NULL, NCCL_SHRINK_DEFAULT));
+  if (check_shape(pair, n, me, kept)) return 1;
+  HNCCL(ncclCommDestroy(pair));
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_revoke_in_flight) {
+  char why[8192];
+  int rc = harness_procs(3, 60, revoke_in_flight_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 int main(void) {
   harness_env_defaults();
   Suite *s = suite_create("shrink");
@@ -274,6 +389,8 @@ int main(void) {
   tcase_add_test(tc, test_shrink_in_group);
   tcase_add_test(tc, test_shrink_disagree);
   tcase_add_test(tc, test_shrink_args);
+  tcase_add_test(tc, test_revoke_idle);
+  tcase_add_test(tc, test_revoke_in_flight);
   suite_add_tcase(s, tc);
   return suite_run(s);
 }

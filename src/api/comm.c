@@ -220,7 +220,8 @@ WEFT_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess; /* as NCCL: destroying NULL is a no-op */
   WEFT_CHECK(check_comm_pointer("ncclCommDestroy", comm));
   release_api_state("ncclCommDestroy", comm, 0);
-  int healthy = atomic_load(&comm->async_error) == ncclSuccess;
+  /* A revoked communicator's peers may be gone: no finalize with them. */
+  int healthy = atomic_load(&comm->async_error) == ncclSuccess && !atomic_load(&comm->revoked);
   ncclResult_t res = healthy && !comm->finalized ? weft_comm_finalize(comm) : ncclSuccess;
   weft_comm_free(comm, !healthy || res != ncclSuccess);
   return res;
@@ -249,6 +250,12 @@ WEFT_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async
   if (asyncError == NULL) {
     WARN("ncclCommGetAsyncError: asyncError is NULL");
     return ncclInvalidArgument;
+  }
+  if (atomic_load(&comm->revoked)) {
+    /* ncclCommRevoke returned once its work had stopped: quiescent, as
+     * NCCL reports a revoked communicator, whatever that work ended with. */
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
   }
   if (comm->engine != NULL && atomic_load(&comm->async_error) == ncclSuccess) {
     /* A kernel-side timeout surfaces here: it fails the communicator, and
@@ -294,7 +301,10 @@ WEFT_ALIAS(ncclCommUserRank)
 
 WEFT_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                                     ncclConfig_t *config) {
-  WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
+  /* A revoked communicator splits whatever its abandoned work ended with. */
+  int err;
+  WEFT_CHECK(weft_comm_check_ready(comm, "ncclCommSplit", &err));
+  if (!atomic_load(&comm->revoked)) WEFT_CHECK(weft_comm_check(comm, "ncclCommSplit"));
   /* Every rank of comm waits in a split for every other: one that cannot
    * take part fails the communicator everywhere (core/failure.h) rather
    * than leave the others waiting for WEFT_TIMEOUT. */

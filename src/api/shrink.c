@@ -1,4 +1,4 @@
-/* ncclCommShrink: argument checks, then core/shrink.c.
+/* ncclCommShrink and ncclCommRevoke: argument checks, then core/shrink.c.
  *
  * Only the ranks that stay call it. The parent may have failed (that is
  * what shrinking is for), so unlike the other communicator calls it is
@@ -94,3 +94,28 @@ WEFT_API ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int
   return res;
 }
 WEFT_ALIAS(ncclCommShrink)
+
+/* Like shrink, accepted on a failed communicator: stopping its work is
+ * what revoking is for. Returns once that work has stopped (the host
+ * engine idle; GPU kernels told to stop at their next wait), so the
+ * communicator is quiescent when it returns. Operations the calling
+ * thread's open group queued on comm are dropped, as ncclCommAbort's. */
+WEFT_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  static const char revoke[] = "ncclCommRevoke";
+  int err;
+  WEFT_CHECK(weft_comm_check_ready(comm, revoke, &err));
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    WARN("%s: revokeFlags is 0x%x, expected NCCL_REVOKE_DEFAULT (0x%x)", revoke,
+         (unsigned)revokeFlags, NCCL_REVOKE_DEFAULT);
+    return ncclInvalidArgument;
+  }
+  size_t dropped = weft_group_forget(comm);
+  if (dropped > 0)
+    INFO(WEFT_INIT, "%s: rank %d: dropped %zu operations queued in the open group", revoke,
+         comm->rank, dropped);
+  weft_comm_revoke(comm);
+  INFO(WEFT_INIT, "%s: rank %d: revoked%s", revoke, comm->rank,
+       err == ncclSuccess ? "" : " (it had failed before)");
+  return ncclSuccess;
+}
+WEFT_ALIAS(ncclCommRevoke)

@@ -1,12 +1,11 @@
-/* NCCL entry points that weft exports but does not implement yet.
+/* NCCL entry points that weft exports but does not implement: NCCL 2.28's
+ * device API (ncclDevCommCreate/Destroy), on purpose: it hands CUDA kernels
+ * NCCL's own device-side structures (LSA/GIN windows, barriers), which
+ * weft's engines do not have.
  *
- * A program that calls one of these gets ncclInvalidUsage and one WARN naming
- * the call (also what ncclGetLastError returns), instead of failing to link
- * or load. When a call gets a real implementation, delete its line here.
- *
- * The device API (ncclDevCommCreate/Destroy) stays here on purpose: it hands
- * CUDA kernels NCCL's own device-side structures (LSA/GIN windows, barriers),
- * which weft's engines do not have. */
+ * A program that calls one gets ncclInvalidUsage and one WARN naming the
+ * call (also what ncclGetLastError returns), instead of failing to link or
+ * load. */
 #include "nccl.h"
 
 #include "api/alias.h"
@@ -27,17 +26,7 @@ ncclResult_t pncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm *devC
 /* The stubs ignore their arguments by design. */
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 
-#define WEFT_UNSUPPORTED(fn, params) \
-  WEFT_API ncclResult_t fn params {  \
-    weft_log_unsupported(#fn);       \
-    return ncclInvalidUsage;         \
-  }                                  \
-  WEFT_ALIAS(fn)
-
-/* Communicator lifecycle */
-WEFT_UNSUPPORTED(ncclCommRevoke, (ncclComm_t comm, int revokeFlags))
-
-/* Device API: said plainly, since "yet" would promise it. */
+/* Said plainly: no equivalent is planned. */
 WEFT_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements *reqs,
                                         struct ncclDevComm *outDevComm) {
   WARN(

@@ -243,7 +243,3 @@ const char *weft_last_error(void) {
    * to a NUL-terminated string, as NCCL's ncclGetLastError does. */
   return last_error;
 }
-
-void weft_log_unsupported(const char *function) {
-  WARN("%s is not supported by weft yet", function);
-}

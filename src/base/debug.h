@@ -82,7 +82,4 @@ void weft_pin_last_error(const char *fmt, ...) __attribute__((format(printf, 1, 
 void weft_log_set_helper(void);
 const char *weft_last_error(void);
 
-/* WARNs "<function> is not supported by weft yet" and records it. */
-void weft_log_unsupported(const char *function);
-
 #endif

@@ -51,6 +51,13 @@ ncclResult_t weft_comm_check_ready(const struct ncclComm *comm, const char *call
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
   int err;
   WEFT_CHECK(weft_comm_check_ready(comm, caller, &err));
+  if (atomic_load(&comm->revoked)) {
+    WARN(
+        "%s: comm %p (rank %d) was revoked (ncclCommRevoke): only ncclCommSplit, ncclCommShrink, "
+        "ncclCommDestroy and ncclCommAbort may follow",
+        caller, (const void *)comm, comm->rank);
+    return ncclInvalidUsage;
+  }
   if (err != ncclSuccess) {
     char what[320];
     if (!weft_failure_describe(comm, what, sizeof(what)))

@@ -147,6 +147,9 @@ struct ncclComm {
   /* The failure record and its notices (core/failure.c); NULL: 1 rank. */
   struct weft_failure_state *failure;
   int finalized;
+  /* Set by ncclCommRevoke once its work in flight has stopped: no new
+   * work; split, shrink, destroy and abort only (core/shrink.c). */
+  _Atomic int revoked;
 
   /* Non-blocking init runs here; ncclCommGetAsyncError reports progress. */
   pthread_t init_thread;
@@ -157,7 +160,8 @@ struct ncclComm {
 ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *caller);
 /* Live and done initializing (*err_out: its error state, maybe failed). */
 ncclResult_t weft_comm_check_ready(const struct ncclComm *comm, const char *caller, int *err_out);
-/* Checks that comm is a live communicator; WARNs naming `caller` if not. */
+/* Checks that comm is a live communicator that takes work: ready, not
+ * failed, not revoked; WARNs naming `caller` if not. */
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller);
 
 /* Records err as the communicator's fatal error (first one wins). */

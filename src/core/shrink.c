@@ -16,7 +16,11 @@
  * NCCL_SHRINK_ABORT first abandons the parent's work in flight, whose waits
  * on a dead rank would otherwise last until WEFT_TIMEOUT: as in NCCL, the
  * parent's abort flag is raised until its engine is idle, then lowered.
- * Work so abandoned fails the parent, which the program then aborts. */
+ * Work so abandoned fails the parent, which the program then aborts.
+ *
+ * ncclCommRevoke abandons the work in flight the same way and then marks
+ * the communicator revoked: it takes no new work, and ncclCommSplit,
+ * ncclCommShrink, ncclCommDestroy and ncclCommAbort may follow. */
 #include "core/shrink.h"
 
 #include <stdint.h>
@@ -92,18 +96,16 @@ static ncclResult_t shrink_plan_make(const struct ncclComm *parent, const int *e
   return ncclSuccess;
 }
 
-/* Makes every wait of the parent's work give up, waits until its engine is
+/* Makes every wait of comm's work give up, waits until its engine is
  * idle, then lowers the flag again (the CUDA engine's abort word stays). */
-static void shrink_stop_parent(struct ncclComm *parent) {
-  INFO(WEFT_INIT, "ncclCommShrink: rank %d: NCCL_SHRINK_ABORT: abandoning the parent's work",
-       parent->rank);
-  atomic_store(&parent->abort_flag, 1);
-  parent->engine->fail(parent);
-  ncclResult_t res = parent->engine->wait(parent);
+static void stop_work(struct ncclComm *comm, const char *caller) {
+  INFO(WEFT_INIT, "%s: rank %d: abandoning the communicator's work in flight", caller, comm->rank);
+  atomic_store(&comm->abort_flag, 1);
+  comm->engine->fail(comm);
+  ncclResult_t res = comm->engine->wait(comm);
   if (res != ncclSuccess)
-    INFO(WEFT_INIT, "ncclCommShrink: rank %d: the parent's abandoned work ended with %d",
-         parent->rank, (int)res);
-  atomic_store(&parent->abort_flag, 0);
+    INFO(WEFT_INIT, "%s: rank %d: the abandoned work ended with %d", caller, comm->rank, (int)res);
+  atomic_store(&comm->abort_flag, 0);
 }
 
 /* The leader: hears every other kept rank, then answers each. */
@@ -184,7 +186,7 @@ ncclResult_t weft_comm_shrink(struct ncclComm *parent, const int *exclude, int n
   }
   struct shrink_plan p;
   WEFT_CHECK(shrink_plan_make(parent, exclude, nexclude, &p));
-  if (flags & NCCL_SHRINK_ABORT) shrink_stop_parent(parent);
+  if (flags & NCCL_SHRINK_ABORT) stop_work(parent, "ncclCommShrink (NCCL_SHRINK_ABORT)");
   /* Failure notices (core/failure.h) stop the parent's bootstrap; its
    * point-to-point messages between kept ranks still work. */
   weft_failure_keep_bootstrap(parent);
@@ -197,4 +199,12 @@ ncclResult_t weft_comm_shrink(struct ncclComm *parent, const int *exclude, int n
   }
   free(p.kept);
   return res;
+}
+
+void weft_comm_revoke(struct ncclComm *comm) {
+  /* A split or shrink may follow over the bootstrap, whatever failure
+   * notices the abandoned work brings from the peers. */
+  if (comm->bootstrap != NULL) weft_failure_keep_bootstrap(comm);
+  stop_work(comm, "ncclCommRevoke");
+  atomic_store(&comm->revoked, 1);
 }

@@ -1,4 +1,4 @@
-/* ncclCommShrink's core (core/shrink.c). */
+/* ncclCommShrink's and ncclCommRevoke's core (core/shrink.c). */
 #ifndef WEFT_CORE_SHRINK_H
 #define WEFT_CORE_SHRINK_H
 
@@ -14,5 +14,9 @@ struct ncclComm;
  * as weft_comm_create (*out set, ncclInProgress returned). */
 ncclResult_t weft_comm_shrink(struct ncclComm *parent, const int *exclude, int nexclude, int flags,
                               const ncclConfig_t *config, int async, struct ncclComm **out);
+
+/* Abandons comm's work in flight (its waits give up; returns once its
+ * engine is idle) and marks it revoked (struct ncclComm, `revoked`). */
+void weft_comm_revoke(struct ncclComm *comm);
 
 #endif
