@@ -206,13 +206,7 @@ static ncclResult_t check_comm_pointer(const char *caller, ncclComm_t comm) {
  * the calling thread's open group queued on it (they must not be launched on
  * a freed communicator at ncclGroupEnd) and its buffer registrations. */
 static void release_api_state(const char *caller, ncclComm_t comm, int abort) {
-  size_t dropped = weft_group_forget(comm);
-  if (dropped > 0 && !abort)
-    WARN("%s: rank %d: %zu operations queued on comm %p in the open group are dropped, never run",
-         caller, comm->rank, dropped, (void *)comm);
-  else if (dropped > 0)
-    INFO(WEFT_INIT, "%s: rank %d: dropped %zu operations queued in the open group", caller,
-         comm->rank, dropped);
+  weft_group_forget(caller, comm, abort);
   weft_register_release_comm(comm);
 }
 

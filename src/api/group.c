@@ -76,7 +76,7 @@ ncclResult_t weft_group_add_step(struct ncclComm *comm, ncclResult_t (*fn)(void 
   return ncclSuccess;
 }
 
-size_t weft_group_forget(const struct ncclComm *comm) {
+void weft_group_forget(const char *caller, const struct ncclComm *comm, int quiet) {
   size_t kept = 0, dropped = 0;
   for (size_t i = 0; i < nsteps; i++)
     if (steps[i].comm != comm) steps[kept++] = steps[i];
@@ -93,7 +93,12 @@ size_t weft_group_forget(const struct ncclComm *comm) {
   for (size_t i = 0; i < ninits; i++)
     if (inits[i] != comm) inits[kept++] = inits[i];
   ninits = kept;
-  return dropped;
+  if (dropped > 0 && !quiet)
+    WARN("%s: rank %d: %zu operations queued on comm %p in the open group are dropped, never run",
+         caller, comm->rank, dropped, (const void *)comm);
+  else if (dropped > 0)
+    INFO(WEFT_INIT, "%s: rank %d: dropped %zu operations queued in the open group", caller,
+         comm->rank, dropped);
 }
 
 /* Waits for the blocking inits of the group; non-blocking ones go on and

@@ -30,7 +30,9 @@ ncclResult_t weft_group_add_init(struct ncclComm *comm);
  * group's operations; the first failure is what ncclGroupEnd returns. */
 ncclResult_t weft_group_add_step(struct ncclComm *comm, ncclResult_t (*fn)(void *arg), void *arg);
 /* Drops everything the calling thread's open group holds for comm, which is
- * being destroyed or aborted; returns how many operations were dropped. */
-size_t weft_group_forget(const struct ncclComm *comm);
+ * being destroyed, aborted or revoked, and says how many operations were
+ * dropped, naming `caller`: a WARN, or an INFO where the caller asked to
+ * stop (quiet: abort, revoke). */
+void weft_group_forget(const char *caller, const struct ncclComm *comm, int quiet);
 
 #endif

@@ -109,10 +109,7 @@ WEFT_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
          (unsigned)revokeFlags, NCCL_REVOKE_DEFAULT);
     return ncclInvalidArgument;
   }
-  size_t dropped = weft_group_forget(comm);
-  if (dropped > 0)
-    INFO(WEFT_INIT, "%s: rank %d: dropped %zu operations queued in the open group", revoke,
-         comm->rank, dropped);
+  weft_group_forget(revoke, comm, 1);
   weft_comm_revoke(comm);
   INFO(WEFT_INIT, "%s: rank %d: revoked%s", revoke, comm->rank,
        err == ncclSuccess ? "" : " (it had failed before)");
