@@ -7,7 +7,8 @@
  * buffers with grouped ncclSend/ncclRecv. A group of three collectives per
  * rank is one kernel (counted in a captured graph) and replays right.
  * Three rank-threads, one late to a Broadcast whose root destroys its
- * communicator at once, all get the data (late_peer_destroy).
+ * communicator at once, all get the data (late_peer_destroy). Calls of one
+ * communicator on two streams per rank run in call order (two_streams).
  * Exits 77 (skip) when there is no GPU. */
 #include <check.h>
 #include <cuda_runtime.h>
@@ -238,6 +239,86 @@ START_TEST(group_one_launch) {
 }
 END_TEST
 
+/* One communicator's calls on two streams per rank, with nothing ordering
+ * the streams: in-place AllReduces of two buffers alternate between the
+ * streams, then a send/recv ring on the second stream reads the first
+ * buffer. Every launch waits for the communicator's last one (launch_order
+ * in exec/cuda.c), as NCCL's do; two of them running at once would share
+ * the links and mix their data. */
+START_TEST(two_streams) {
+  int n = nranks_of[_i];
+  struct ranks rs;
+  ranks_open(&rs, n);
+  const size_t count = 1000003;
+  const int rounds = 3;
+  cudaStream_t s2[MAXR];
+  float *a[MAXR], *b[MAXR], *c[MAXR];
+  float *host = malloc(count * sizeof(float));
+  ck_assert_ptr_nonnull(host);
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(cudaStreamCreateWithFlags(&s2[r], cudaStreamNonBlocking), cudaSuccess);
+    a[r] = dev_alloc(count);
+    b[r] = dev_alloc(count);
+    c[r] = dev_alloc(count);
+    upload(a[r], r, count, 0, host);
+    upload(b[r], r, count, 7, host);
+  }
+  for (int it = 0; it < rounds; it++) {
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++)
+      ck_assert_int_eq(
+          ncclAllReduce(a[r], a[r], count, ncclFloat, ncclSum, rs.comms[r], rs.streams[r]),
+          ncclSuccess);
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+    ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+    for (int r = 0; r < n; r++)
+      ck_assert_int_eq(ncclAllReduce(b[r], b[r], count, ncclFloat, ncclSum, rs.comms[r], s2[r]),
+                       ncclSuccess);
+    ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  }
+  /* On s2, after the last AllReduce of a (on the first stream): only the
+   * communicator's order makes a's result what is sent. */
+  ck_assert_int_eq(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; r++) {
+    ck_assert_int_eq(ncclSend(a[r], count, ncclFloat, (r + 1) % n, rs.comms[r], s2[r]),
+                     ncclSuccess);
+    ck_assert_int_eq(ncclRecv(c[r], count, ncclFloat, (r + n - 1) % n, rs.comms[r], s2[r]),
+                     ncclSuccess);
+  }
+  ck_assert_int_eq(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; r++) ck_assert_int_eq(cudaStreamSynchronize(s2[r]), cudaSuccess);
+  ranks_sync(&rs);
+  double scale = 1;
+  for (int it = 1; it < rounds; it++) scale *= n;
+  float *bufs[3][MAXR];
+  memcpy(bufs[0], a, sizeof(a));
+  memcpy(bufs[1], b, sizeof(b));
+  memcpy(bufs[2], c, sizeof(c));
+  static const char *const names[3] = {"AllReduce on stream 1", "AllReduce on stream 2",
+                                       "Recv on stream 2 of stream 1's result"};
+  for (int k = 0; k < 3; k++)
+    for (int r = 0; r < n; r++) {
+      ck_assert_int_eq(cudaMemcpy(host, bufs[k][r], count * sizeof(float), cudaMemcpyDeviceToHost),
+                       cudaSuccess);
+      for (size_t i = 0; i < count; i++) {
+        double want = 0;
+        for (int q = 0; q < n; q++) want += input(q, i + (k == 1 ? 7 : 0));
+        want *= scale;
+        ck_assert_msg(host[i] == (float)want, "%d ranks, %s: rank %d [%zu] = %g, expected %g", n,
+                      names[k], r, i, (double)host[i], want);
+      }
+    }
+  for (int r = 0; r < n; r++) {
+    cudaFree(a[r]);
+    cudaFree(b[r]);
+    cudaFree(c[r]);
+    cudaStreamDestroy(s2[r]);
+  }
+  free(host);
+  ranks_close(&rs, 0);
+}
+END_TEST
+
 START_TEST(refusals) {
   struct ranks rs;
   ranks_open(&rs, 2);
@@ -395,6 +476,7 @@ int main(void) {
   tcase_add_loop_test(tc, allreduce, 0, nn);
   tcase_add_loop_test(tc, allgather_broadcast, 0, nn);
   tcase_add_loop_test(tc, group_one_launch, 0, nn);
+  tcase_add_loop_test(tc, two_streams, 0, nn);
   tcase_add_test(tc, refusals);
   tcase_add_loop_test(tc, late_peer_destroy, 0, 2);
   suite_add_tcase(s, tc);

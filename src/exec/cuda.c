@@ -82,6 +82,10 @@ struct weft_cuda_engine {
   struct engine_flags *flags;
   cudaStream_t side; /* non-blocking: plan uploads and error reads */
   cudaEvent_t last;  /* recorded after each launch: destroy waits for it */
+  /* The last launch's stream, and whether a capture recorded it
+   * (launch_order); nothing launched yet while ordered is 0. */
+  cudaStream_t last_stream;
+  int last_captured, ordered;
   cudaEvent_t join;  /* orders the streams of a group's calls */
   unsigned *barrier; /* device words of the fused launches' barrier */
   struct plan_entry *plans;
@@ -544,6 +548,36 @@ static ncclResult_t lanes_fit(const struct ncclComm *comm, const char *what, int
   return ncclInvalidUsage;
 }
 
+/* Launches of a communicator run one after another, as NCCL's do, on
+ * whatever streams they are issued: they share the links (FIFOs, boards,
+ * barrier words) and the plan cache, which two of them running at once
+ * would mix. A launch on another stream than the last one waits for the
+ * last one's end (the event launch_done records), before anything of it
+ * is queued. Not across a capture's boundary (the last launch captured,
+ * or this one): CUDA lets no stream wait for an event of another capture
+ * or of none, and a graph's kernels run where the program launches it,
+ * so a program mixing captured and uncaptured calls of one communicator
+ * on different streams orders them itself (docs/CUDA.md). */
+static ncclResult_t launch_order(struct ncclComm *comm, const char *what, cudaStream_t s) {
+  struct weft_cuda_engine *e = comm->cuda;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  int captured = cudaStreamIsCapturing(s, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone;
+  if (e->ordered && s != e->last_stream && !captured && !e->last_captured) {
+    cudaError_t err = cudaStreamWaitEvent(s, e->last, 0);
+    if (err != cudaSuccess) {
+      WARN(
+          "rank %d: %s: ordering this launch after the communicator's last one, on another "
+          "stream: %s",
+          comm->rank, what, cudaGetErrorString(err));
+      return ncclUnhandledCudaError;
+    }
+  }
+  e->last_stream = s;
+  e->last_captured = captured;
+  e->ordered = 1;
+  return ncclSuccess;
+}
+
 /* Records the launch's end on stream for destroy to wait on. */
 static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStream_t s) {
   cudaError_t err = cudaEventRecord(comm->cuda->last, s);
@@ -590,6 +624,7 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   if (comm->nranks == 1 && premul == NULL && coll->sendbuff == coll->recvbuff) return ncclSuccess;
   weft_device_select(e->dev);
   if (comm->nranks == 1) return weft_cuda_one_rank(comm, coll, premul, s);
+  WEFT_CHECK(launch_order(comm, weft_func_name(coll->func), s));
   /* Direct on the ranks' own buffers, or a plan over the links. */
   const int own =
       algo == WEFT_ALGO_DIRECT && weft_cuda_direct_runs(e->direct, coll, premul != NULL);
@@ -762,6 +797,7 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
   struct weft_dev_fused_coll fc[WEFT_CUDA_FUSE_MAX];
   struct plan_entry *entries[WEFT_CUDA_FUSE_MAX];
   weft_device_select(e->dev);
+  WEFT_CHECK(launch_order(comm, "a group's collectives", s));
   for (int i = 0; i < n; i++) {
     const struct weft_cuda_call *c = &calls[i];
     struct plan_entry *entry;
@@ -811,6 +847,7 @@ ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct wef
   weft_device_select(e->dev);
   ncclResult_t one = ncclSuccess;
   if (weft_cuda_one_rank_p2p(comm, p, s, &one)) return one;
+  WEFT_CHECK(launch_order(comm, "send/recv", s));
   size_t n = (size_t)(p->nops > 0 ? p->nops : 1);
   void **bufs = malloc(n * sizeof(*bufs));
   unsigned char *direct = malloc(n);
