@@ -88,6 +88,37 @@ static int bad_inits(int rank, int nranks, ncclUniqueId id) {
   config.magic = 0xdeadbeef;
   BAD(ncclCommInitRankConfig(&comm, nranks, id, rank, &config), NULL, "ncclCommInitRankConfig",
       "magic|config");
+  /* Fields NCCL refuses out of range, refused by name; unset (the
+   * initializer's NCCL_CONFIG_UNDEF_INT) is the default. */
+  static const struct {
+    size_t off;
+    int value;
+    const char *name;
+  } bad_fields[] = {
+      {offsetof(ncclConfig_t, blocking), 7, "blocking"},
+      {offsetof(ncclConfig_t, cgaClusterSize), -2, "cgaClusterSize"},
+      {offsetof(ncclConfig_t, minCTAs), 0, "minCTAs"},
+      {offsetof(ncclConfig_t, maxCTAs), -1, "maxCTAs"},
+      {offsetof(ncclConfig_t, splitShare), 2, "splitShare"},
+      {offsetof(ncclConfig_t, collnetEnable), 3, "collnetEnable"},
+      {offsetof(ncclConfig_t, CTAPolicy), 9, "CTAPolicy"},
+      {offsetof(ncclConfig_t, shrinkShare), -4, "shrinkShare"},
+      {offsetof(ncclConfig_t, nvlsCTAs), 0, "nvlsCTAs"},
+      {offsetof(ncclConfig_t, nChannelsPerNetPeer), 65, "nChannelsPerNetPeer"},
+      {offsetof(ncclConfig_t, nvlinkCentricSched), 2, "nvlinkCentricSched"},
+  };
+  ncclConfig_t fields;
+  for (size_t i = 0; i < sizeof(bad_fields) / sizeof(bad_fields[0]); i++) {
+    fields = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+    memcpy((char *)&fields + bad_fields[i].off, &bad_fields[i].value, sizeof(int));
+    BAD(ncclCommInitRankConfig(&comm, nranks, id, rank, &fields), NULL, "ncclCommInitRankConfig",
+        bad_fields[i].name);
+  }
+  fields = (ncclConfig_t)NCCL_CONFIG_INITIALIZER;
+  fields.minCTAs = 8;
+  fields.maxCTAs = 4;
+  BAD(ncclCommInitRankConfig(&comm, nranks, id, rank, &fields), NULL, "ncclCommInitRankConfig",
+      "minCTAs");
 
   ncclUniqueId zero;
   memset(&zero, 0, sizeof zero);
@@ -200,17 +231,30 @@ static int bad_redops(ncclComm_t comm) {
   return 0;
 }
 
-/* ncclGroupSimulateEnd: a bad ncclSimInfo_t is refused; a good one gets an
- * estimate, and the group's operations are dropped, never run. */
-static int simulate(ncclComm_t comm) {
+/* ncclGroupSimulateEnd: a bad ncclSimInfo_t is refused; inside a group it
+ * still ends the group (the next call runs at once), dropping its
+ * operations; a good one gets an estimate, and the group's operations are
+ * dropped, never run. */
+static int simulate(ncclComm_t comm, int nranks) {
   BAD(ncclGroupSimulateEnd(NULL), NULL, "ncclGroupSimulateEnd", "simInfo");
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
   info.magic = 0x1234;
   BAD(ncclGroupSimulateEnd(&info), NULL, "ncclGroupSimulateEnd", "magic");
-  info = (ncclSimInfo_t)NCCL_SIM_INFO_INITIALIZER;
   int32_t send[1024], recv[1024];
   memset(send, 1, sizeof send);
   memset(recv, 0x7b, sizeof recv);
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclAllReduce(send, recv, 1024, ncclInt32, ncclSum, comm, NULL));
+  BAD(ncclGroupSimulateEnd(&info), NULL, "ncclGroupSimulateEnd", "magic");
+  for (int i = 0; i < 1024; i++)
+    HCHECK(recv[i] == 0x7b7b7b7b, "a refused ncclGroupSimulateEnd ran the group (recv[%d])", i);
+  HNCCL(ncclAllReduce(send, recv, 1, ncclInt32, ncclSum, comm, NULL));
+  HCHECK(recv[0] == nranks * 0x01010101 && recv[1] == 0x7b7b7b7b,
+         "after a refused ncclGroupSimulateEnd, an AllReduce of 1 element gave %#x, %#x: the "
+         "group was left open",
+         (unsigned)recv[0], (unsigned)recv[1]);
+  memset(recv, 0x7b, sizeof recv);
+  info = (ncclSimInfo_t)NCCL_SIM_INFO_INITIALIZER;
   HNCCL(ncclGroupStart());
   HNCCL(ncclAllReduce(send, recv, 1024, ncclInt32, ncclSum, comm, NULL));
   HNCCL(ncclAllGather(send, recv, 512 / 4, ncclInt32, comm, NULL));
@@ -316,7 +360,7 @@ static int args_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   if (bad_collectives(comm, rank, nranks) || bad_p2p(comm, rank, nranks) || bad_redops(comm))
     return 1;
   if (good_allreduce(comm, rank, nranks, 7)) return 1;
-  if (simulate(comm) || good_allreduce(comm, rank, nranks, 8)) return 1;
+  if (simulate(comm, nranks) || good_allreduce(comm, rank, nranks, 8)) return 1;
   if (unused_buffers(comm, rank, nranks) || good_allreduce(comm, rank, nranks, 9)) return 1;
 
   /* NCCL treats destroying or aborting NULL as a no-op; so must weft. */
@@ -366,12 +410,25 @@ START_TEST(test_old_config_size) {
 }
 END_TEST
 
-/* A NULL config is allowed and means the defaults. */
+/* A NULL config is allowed and means the defaults; a config whose hints
+ * NCCL accepts (weft ignores them) makes a working child of a split. */
 static int null_config_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
-  ncclComm_t comm = NULL;
+  ncclComm_t comm = NULL, child = NULL;
   HNCCL(ncclCommInitRankConfig(&comm, nranks, id, rank, NULL));
   if (good_allreduce(comm, rank, nranks, 5)) return 1;
+  ncclConfig_t hints = NCCL_CONFIG_INITIALIZER;
+  hints.cgaClusterSize = 4;
+  hints.minCTAs = 2;
+  hints.maxCTAs = 2;
+  hints.splitShare = 1;
+  hints.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY | NCCL_CTA_POLICY_ZERO;
+  hints.nvlsCTAs = 16;
+  hints.nChannelsPerNetPeer = 64;
+  hints.nvlinkCentricSched = 0;
+  HNCCL(ncclCommSplit(comm, 0, rank, &child, &hints));
+  if (good_allreduce(child, rank, nranks, 6)) return 1;
+  HNCCL(ncclCommDestroy(child));
   HNCCL(ncclCommDestroy(comm));
   return 0;
 }

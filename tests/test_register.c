@@ -84,6 +84,15 @@ static int register_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   HNCCL(ncclCommWindowDeregister(comm, g2));
   HNCCL(ncclCommWindowDeregister(comm, g1));
 
+  /* ncclGroupSimulateEnd runs no operation of its group, but its windows'
+   * steps run as at ncclGroupEnd: the window is live after it. */
+  ncclWindow_t gs = NULL;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclCommWindowRegister(comm, buf, 64, &gs, NCCL_WIN_DEFAULT));
+  HNCCL(ncclGroupSimulateEnd(&sim));
+  HNCCL(ncclCommWindowDeregister(comm, gs));
+
   /* Handles left registered are released with their communicator. */
   ncclWindow_t left = NULL;
   HNCCL(ncclCommWindowRegister(other, buf, 64, &left, NCCL_WIN_DEFAULT));

@@ -13,6 +13,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,26 +317,20 @@ WEFT_API ncclResult_t ncclGroupEnd(void) {
 }
 WEFT_ALIAS(ncclGroupEnd)
 
-static ncclResult_t sim_info_check(const ncclSimInfo_t *info) {
-  static const char caller[] = "ncclGroupSimulateEnd";
+/* What is wrong with info, in buf ("" when nothing is). */
+static void sim_info_problem(const ncclSimInfo_t *info, char *buf, size_t size) {
   size_t need = offsetof(ncclSimInfo_t, estimatedTime) + sizeof(info->estimatedTime);
-  if (info == NULL) {
-    WARN("%s: simInfo is NULL, expected an ncclSimInfo_t set to NCCL_SIM_INFO_INITIALIZER", caller);
-    return ncclInvalidArgument;
-  }
-  if (info->magic != SIM_INFO_MAGIC) {
-    WARN(
-        "%s: simInfo->magic is 0x%x, expected 0x%x: initialize it with "
-        "NCCL_SIM_INFO_INITIALIZER",
-        caller, info->magic, SIM_INFO_MAGIC);
-    return ncclInvalidArgument;
-  }
-  if (info->size < need) {
-    WARN("%s: simInfo->size is %zu, expected at least %zu (an ncclSimInfo_t)", caller, info->size,
-         need);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
+  buf[0] = '\0';
+  if (info == NULL)
+    snprintf(buf, size,
+             "simInfo is NULL, expected an ncclSimInfo_t set to NCCL_SIM_INFO_INITIALIZER");
+  else if (info->magic != SIM_INFO_MAGIC)
+    snprintf(buf, size,
+             "simInfo->magic is 0x%x, expected 0x%x: initialize it with NCCL_SIM_INFO_INITIALIZER",
+             info->magic, SIM_INFO_MAGIC);
+  else if (info->size < need)
+    snprintf(buf, size, "simInfo->size is %zu, expected at least %zu (an ncclSimInfo_t)",
+             info->size, need);
 }
 
 /* The model's time for the whole group: the sum over its operations. */
@@ -353,21 +348,42 @@ static ncclResult_t group_estimate(float *us_out) {
 
 /* Like ncclGroupEnd, but the operations are only estimated, never run; the
  * group is cleared either way. Communicators created in the group are
- * finished, as they would be. */
+ * finished, and its deferred steps (windows registered in it) run, as they
+ * would: peers that end the group with ncclGroupEnd expect them. A bad
+ * simInfo inside a group still ends the group, as in NCCL, without an
+ * estimate: left open, the caller's next calls would join a group nobody
+ * ends, and never run. */
 WEFT_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo) {
-  WEFT_CHECK(sim_info_check(simInfo));
+  static const char caller[] = "ncclGroupSimulateEnd";
+  char bad[160];
+  sim_info_problem(simInfo, bad, sizeof(bad));
   if (group_depth == 0) {
-    WARN("ncclGroupSimulateEnd: called without a matching ncclGroupStart");
-    return ncclInvalidUsage;
+    WARN("%s: %s", caller, bad[0] != '\0' ? bad : "called without a matching ncclGroupStart");
+    return bad[0] != '\0' ? ncclInvalidArgument : ncclInvalidUsage;
   }
   if (--group_depth > 0) {
+    if (bad[0] != '\0') {
+      WARN("%s: %s", caller, bad);
+      return ncclInvalidArgument;
+    }
     simInfo->estimatedTime = 0;
     return ncclSuccess;
   }
   float us = 0;
-  ncclResult_t res = group_estimate(&us);
+  ncclResult_t res = ncclSuccess;
+  if (bad[0] != '\0') {
+    WARN(
+        "%s: %s; the group is ended all the same, its %zu operations dropped, never run (as a "
+        "simulation's are)",
+        caller, bad, ntasks);
+    res = ncclInvalidArgument;
+  } else {
+    res = group_estimate(&us);
+  }
   clear_tasks();
   ncclResult_t r = finish_inits();
+  if (res == ncclSuccess) res = r;
+  r = finish_steps();
   if (res == ncclSuccess) res = r;
   if (res == ncclSuccess) simInfo->estimatedTime = us;
   return res;
