@@ -101,10 +101,31 @@ static int cycle_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   if (allreduce_check(comm, rank, nranks)) return 1;
   switch (how) {
     case END_ABORT: HNCCL(ncclCommAbort(comm)); break;
-    case END_FINALIZE:
+    case END_FINALIZE: {
+      /* After finalize only destroy or abort may follow: work, a second
+       * finalize and a split are refused, saying so; an operator made
+       * before may still be destroyed. */
+      float one = 1;
+      ncclRedOp_t op;
+      HNCCL(ncclRedOpCreatePreMulSum(&op, &one, ncclFloat32, ncclScalarHostImmediate, comm));
       HNCCL(ncclCommFinalize(comm));
+      float buf[1] = {0};
+      ncclComm_t child = NULL;
+      const ncclResult_t after[3] = {
+          ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, NULL),
+          ncclCommFinalize(comm),
+          ncclCommSplit(comm, 0, rank, &child, NULL),
+      };
+      for (int i = 0; i < 3; i++)
+        HCHECK(after[i] == ncclInvalidUsage, "call %d after ncclCommFinalize returned %d", i,
+               (int)after[i]);
+      HCHECK(child == NULL, "a split after ncclCommFinalize made a communicator");
+      HCHECK(strstr(ncclGetLastError(comm), "finalized") != NULL, "last error: %s",
+             ncclGetLastError(comm));
+      HNCCL(ncclRedOpDestroy(op, comm));
       HNCCL(ncclCommDestroy(comm));
       break;
+    }
     default: HNCCL(ncclCommDestroy(comm));
   }
   return 0;

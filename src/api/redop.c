@@ -118,7 +118,9 @@ WEFT_ALIAS(ncclRedOpCreatePreMulSum)
 
 WEFT_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   static const char caller[] = "ncclRedOpDestroy";
-  WEFT_CHECK(weft_comm_check(comm, caller));
+  /* Cleanup: allowed on a communicator that failed, was revoked or
+   * finalized, as in NCCL. */
+  WEFT_CHECK(weft_comm_check_live(comm, caller));
   if ((int)op >= 0 && (int)op < ncclNumOps) {
     WARN("%s: op %d is a built-in operator (%s); only ncclRedOpCreatePreMulSum operators can "
          "be destroyed", caller, (int)op, weft_op_name(op));

@@ -58,6 +58,13 @@ ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller) {
         caller, (const void *)comm, comm->rank);
     return ncclInvalidUsage;
   }
+  if (comm->finalized) {
+    WARN(
+        "%s: comm %p (rank %d) was finalized (ncclCommFinalize): only ncclCommDestroy and "
+        "ncclCommAbort may follow",
+        caller, (const void *)comm, comm->rank);
+    return ncclInvalidUsage;
+  }
   if (err != ncclSuccess) {
     char what[320];
     if (!weft_failure_describe(comm, what, sizeof(what)))

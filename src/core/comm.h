@@ -161,7 +161,7 @@ ncclResult_t weft_comm_check_live(const struct ncclComm *comm, const char *calle
 /* Live and done initializing (*err_out: its error state, maybe failed). */
 ncclResult_t weft_comm_check_ready(const struct ncclComm *comm, const char *caller, int *err_out);
 /* Checks that comm is a live communicator that takes work: ready, not
- * failed, not revoked; WARNs naming `caller` if not. */
+ * failed, not revoked, not finalized; WARNs naming `caller` if not. */
 ncclResult_t weft_comm_check(const struct ncclComm *comm, const char *caller);
 
 /* Records err as the communicator's fatal error (first one wins). */
