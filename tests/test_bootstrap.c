@@ -269,6 +269,21 @@ static void expect_dropped(int fd) {
   close(fd);
 }
 
+/* Reads the root's reply to a registration, then the close: whether its
+ * text holds want. */
+static int reply_has(int fd, const char *want) {
+  struct weft_boot_reply reply;
+  char text[WEFT_BOOT_ERROR_MAX + 1];
+  int64_t deadline = weft_time_ms() + 5000;
+  if (weft_socket_recv_all(fd, &reply, sizeof(reply), deadline, "root") != ncclSuccess) return 0;
+  if (reply.status != WEFT_BOOT_REPLY_ERROR || reply.len <= 0 || reply.len > WEFT_BOOT_ERROR_MAX)
+    return 0;
+  if (weft_socket_recv_all(fd, text, (size_t)reply.len, deadline, "root") != ncclSuccess) return 0;
+  text[reply.len] = '\0';
+  expect_dropped(fd);
+  return strstr(text, want) != NULL;
+}
+
 /* Sends this process's log to a file, so a test can read what the root
  * WARNed. Call before the first weft call. */
 static void log_to_file(char *path, size_t size) {
@@ -345,12 +360,13 @@ START_TEST(test_garbage) {
   close(fd_short);
   expect_dropped(fd_junk);
   expect_dropped(fd_magic);
-  expect_dropped(fd_range);
   ck_assert_int_eq(reap_ranks(pids, 3), 0);
   const char *drop = "bootstrap root: dropped connection from ";
   ck_assert(log_has(log, drop, ": wrong secret"));
   ck_assert(log_has(log, drop, "bad magic"));
   ck_assert(log_has(log, drop, "registration for rank 7 of 3"));
+  /* It held the secret: it was told why before the close. */
+  ck_assert(reply_has(fd_range, "registration for rank 7 of 3"));
   ck_assert(log_has(log, "connection closed by ", "before presenting the secret"));
   unlink(log);
 }
@@ -392,6 +408,49 @@ START_TEST(test_missing_rank) {
   pid_t pids[2];
   start_ranks(ranks, 2, 3, rank_expect_missing, pids, &id);
   ck_assert_int_eq(reap_ranks(pids, 2), 0);
+}
+END_TEST
+
+/* A rank whose registration the root refuses hears why at once; the others
+ * fail at the timeout with a verdict that names the refusal. Which rank is
+ * refused depends on who registers first, so each accepts either story. */
+static int expect_refused(int rank, int64_t start, ncclResult_t r, const char *why) {
+  EXPECT(r == ncclRemoteError);
+  const char *msg = weft_last_error();
+  int fast = weft_time_ms() - start < 2000;
+  EXPECT(strstr(msg, why) != NULL);
+  EXPECT(fast ? strstr(msg, "a registration was refused") == NULL
+              : strstr(msg, "a registration was refused") != NULL);
+  return 0;
+}
+
+/* Rank 1 says the communicator has one rank more than rank 0 says. */
+static int rank_other_nranks(const ncclUniqueId *id, int rank, int n) {
+  struct weft_bootstrap *b = NULL;
+  int64_t start = weft_time_ms();
+  ncclResult_t r = weft_bootstrap_create(id, 1, rank, rank == 1 ? n + 1 : n, &b);
+  EXPECT(b == NULL);
+  return expect_refused(rank, start, r, "every rank must pass the same nranks");
+}
+
+/* Two processes are rank 0. */
+static int rank_twice(const ncclUniqueId *id, int rank, int n) {
+  struct weft_bootstrap *b = NULL;
+  int64_t start = weft_time_ms();
+  ncclResult_t r = weft_bootstrap_create(id, 1, rank, n, &b);
+  EXPECT(b == NULL);
+  return expect_refused(rank, start, r, "rank 0 registered twice");
+}
+
+START_TEST(test_refused_registration) {
+  set_env(3);
+  ncclUniqueId id;
+  int ranks[3] = {0, 1, 0};
+  pid_t pids[3];
+  start_ranks(ranks, 2, 2, rank_other_nranks, pids, &id);
+  ck_assert_int_eq(reap_ranks(pids, 2), 0);
+  start_ranks(ranks, 3, 3, rank_twice, pids, &id);
+  ck_assert_int_eq(reap_ranks(pids, 3), 0);
 }
 END_TEST
 
@@ -542,6 +601,7 @@ static Suite *bootstrap_suite(void) {
   tcase_add_test(tc, test_garbage);
   tcase_add_test(tc, test_silent_connection);
   tcase_add_test(tc, test_missing_rank);
+  tcase_add_test(tc, test_refused_registration);
   tcase_add_test(tc, test_recv_timeout);
   tcase_add_test(tc, test_peer_gone);
   tcase_add_test(tc, test_abort);

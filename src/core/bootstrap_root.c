@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/bootstrap_internal.h"
@@ -38,7 +39,8 @@ struct root {
   union weft_sockaddr *addrs;
   int64_t deadline;
   int timeout_s;
-  char reason[128];
+  char reason[160];
+  char rejected[160]; /* the last registration refused for what it said */
   unsigned char refusal[sizeof(struct weft_boot_reply) + 64];
   size_t refusal_len;
 };
@@ -114,6 +116,24 @@ static int root_expects(const struct root *r, int i) {
   return (i >= r->first && i < r->first + r->count) || i == r->neighbour;
 }
 
+/* A registration that presented the secret, so a rank of this job, but
+ * that cannot be admitted (r->reason says why): its rank hears why at once
+ * and fails, instead of trying again until its deadline as after a closed
+ * connection; the verdict the others get names it too (root_finish). The
+ * gate closes the connection after; the registration was read whole, so
+ * the close does not reset what is sent here. */
+static const char *root_reject(struct root *r, int fd) {
+  _Static_assert(sizeof(r->reason) <= WEFT_BOOT_ERROR_MAX, "reason longer than a verdict");
+  struct weft_boot_reply reply = {.status = WEFT_BOOT_REPLY_ERROR,
+                                  .len = (int32_t)strlen(r->reason)};
+  unsigned char msg[sizeof(reply) + sizeof(r->reason)];
+  memcpy(msg, &reply, sizeof(reply));
+  memcpy(msg + sizeof(reply), r->reason, (size_t)reply.len);
+  (void)send(fd, msg, sizeof(reply) + (size_t)reply.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  snprintf(r->rejected, sizeof(r->rejected), "%s", r->reason);
+  return r->reason;
+}
+
 static const char *root_admit(void *ctx, int fd, const void *first) {
   struct root *r = ctx;
   struct weft_boot_reg reg;
@@ -121,40 +141,43 @@ static const char *root_admit(void *ctx, int fd, const void *first) {
   if (reg.magic != WEFT_BOOT_REG_MAGIC) return "not a rank registration (bad magic)";
   if (reg.nranks < 1 || reg.nranks > WEFT_BOOT_MAX_RANKS) {
     snprintf(r->reason, sizeof(r->reason), "registration claims %d ranks", (int)reg.nranks);
-    return r->reason;
+    return root_reject(r, fd);
   }
   if (reg.rank < 0 || reg.rank >= reg.nranks) {
     snprintf(r->reason, sizeof(r->reason), "registration for rank %d of %d", (int)reg.rank,
              (int)reg.nranks);
-    return r->reason;
+    return root_reject(r, fd);
   }
   if (reg.first < 0 || reg.count < 1 || reg.count > reg.nranks - reg.first) {
     snprintf(r->reason, sizeof(r->reason), "registration for a block of %d ranks from %d, of %d",
              (int)reg.count, (int)reg.first, (int)reg.nranks);
-    return r->reason;
+    return root_reject(r, fd);
   }
   if (r->nranks == 0) {
     const char *why = root_first_registration(r, &reg);
     if (why != NULL) return why;
   } else if (reg.nranks != r->nranks) {
-    snprintf(r->reason, sizeof(r->reason), "rank %d registered for %d ranks, others for %d",
-             (int)reg.rank, (int)reg.nranks, r->nranks);
-    return r->reason;
+    snprintf(
+        r->reason, sizeof(r->reason),
+        "rank %d registered for %d ranks, others for %d (every rank must pass the same nranks)",
+        (int)reg.rank, (int)reg.nranks, r->nranks);
+    return root_reject(r, fd);
   } else if (reg.first != r->first || reg.count != r->count) {
     snprintf(r->reason, sizeof(r->reason),
              "rank %d registered for ranks %d..%d at this root, others for %d..%d", (int)reg.rank,
              (int)reg.first, (int)(reg.first + reg.count - 1), r->first, r->first + r->count - 1);
-    return r->reason;
+    return root_reject(r, fd);
   }
   if (!root_expects(r, reg.rank)) {
     snprintf(r->reason, sizeof(r->reason),
              "rank %d registered at the root of ranks %d..%d (and %d after them)", (int)reg.rank,
              r->first, r->first + r->count - 1, r->neighbour);
-    return r->reason;
+    return root_reject(r, fd);
   }
   if (r->fds[reg.rank] >= 0) {
-    snprintf(r->reason, sizeof(r->reason), "rank %d registered twice", (int)reg.rank);
-    return r->reason;
+    snprintf(r->reason, sizeof(r->reason),
+             "rank %d registered twice (two processes passed the same rank)", (int)reg.rank);
+    return root_reject(r, fd);
   }
   r->fds[reg.rank] = fd;
   r->addrs[reg.rank] = reg.addr;
@@ -268,6 +291,9 @@ static void root_finish(struct root *r, ncclResult_t res) {
     weft_gate_flood_text(&r->gate.flood, flood, sizeof(flood));
     size_t used = strlen(text);
     snprintf(text + used, sizeof(text) - used, "%s", flood);
+    used = strlen(text);
+    if (r->rejected[0] != '\0')
+      snprintf(text + used, sizeof(text) - used, "; a registration was refused: %s", r->rejected);
     WARN("%s: %s", r->name, text);
     root_send_error(r, text);
   } else {
