@@ -2,7 +2,8 @@
  * real signals: a rank SIGKILLed mid-collective and left a zombie, over
  * shared memory and over sockets; a rank SIGSTOPped mid-collective and
  * resumed after its peers gave up; a split one rank calls with a NULL
- * newcomm. Every rank must return an error within 2 s of the failure
+ * newcomm; a first call that needs a link its peer, busy in another call,
+ * never sets up. Every rank must return an error within 2 s of the failure
  * (WEFT_TIMEOUT is far longer, so the timeout cannot pass these), and
  * ncclGetLastError must name the rank that failed and how. */
 #include <check.h>
@@ -304,6 +305,52 @@ START_TEST(test_abort_codes) {
 }
 END_TEST
 
+/* ---- A peer alive in another call --------------------------------------------- */
+
+#define UNMATCHED_TIMEOUT_S 3
+
+/* The first call of the communicator: rank 0 sends to rank 1, which runs an
+ * AllReduce instead. The AllReduce needs a link rank 0 never sets up; once
+ * WEFT_TIMEOUT passes, rank 1 returns ncclRemoteError naming rank 0, alive,
+ * and the missing link, rather than a bootstrap tag. */
+static int unmatched_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL;
+  float x = 1.0f;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (rank == 0) {
+    (void)ncclSend(&x, 1, ncclFloat32, 1, comm, NULL);
+    wait_count(&sh->failed, 1, 30); /* alive, answering pings, until rank 1 has its answer */
+    (void)ncclCommAbort(comm);
+    return 0;
+  }
+  atomic_store(&sh->event_ns, now_ns());
+  ncclResult_t res = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, NULL);
+  survivor_record(rank, res);
+  atomic_fetch_add(&sh->failed, 1);
+  (void)ncclCommAbort(comm);
+  HCHECK(res == ncclRemoteError, "returned %d, expected ncclRemoteError (6): %s", (int)res,
+         sh->msg[rank]);
+  HCHECK(sh->took[rank] < UNMATCHED_TIMEOUT_S + PROMPT_S, "returned after %.2f s: %s",
+         sh->took[rank], sh->msg[rank]);
+  HCHECK(strstr(sh->msg[rank], "rank 0 ") != NULL &&
+             strstr(sh->msg[rank], "no link set up to rank 1") != NULL &&
+             strstr(sh->msg[rank], "alive") != NULL,
+         "the message does not name rank 0, alive, and the missing link: %s", sh->msg[rank]);
+  return 0;
+}
+
+START_TEST(test_unmatched_call) {
+  shared_map();
+  char text[8];
+  snprintf(text, sizeof(text), "%d", UNMATCHED_TIMEOUT_S);
+  setenv("WEFT_TIMEOUT", text, 1);
+  char why[16384] = "";
+  int rc = harness_procs(2, 60, unmatched_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 int main(void) {
   harness_env_defaults();
   Suite *s = suite_create("failure");
@@ -314,6 +361,7 @@ int main(void) {
   tcase_add_test(tc, test_stop_resume);
   tcase_add_test(tc, test_split_null_newcomm);
   tcase_add_test(tc, test_abort_codes);
+  tcase_add_test(tc, test_unmatched_call);
   suite_add_tcase(s, tc);
   return suite_run(s);
 }

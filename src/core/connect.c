@@ -18,6 +18,7 @@
 
 #include "core/bootstrap.h"
 #include "base/check.h"
+#include "base/fail_note.h"
 #include "core/comm.h"
 #include "core/comm_topo.h"
 #include "base/param.h"
@@ -175,8 +176,17 @@ static ncclResult_t conn_connect_send(struct ncclComm *comm, struct conn_link *l
                                       int64_t deadline) {
   struct weft_conn *c = l->conn;
   char unused[WEFT_CONN_HANDLE_BYTES];
-  WEFT_CHECK(weft_bootstrap_recv(comm->bootstrap, c->peer, WEFT_TAG_CONN + c->channel, &l->msg,
-                                 sizeof(l->msg)));
+  ncclResult_t res = weft_bootstrap_recv(comm->bootstrap, c->peer, WEFT_TAG_CONN + c->channel,
+                                         &l->msg, sizeof(l->msg));
+  /* A timeout (a peer that died or aborted leaves its own note first): the
+   * peer is alive but did not connect, so it is running other calls; the
+   * failure record names it as a stall does (core/failure.h). */
+  if (res == ncclSystemError)
+    weft_failure_note(c->peer, WEFT_FAIL_STALLED,
+                      "no link set up to rank %d (channel %d) in %lld s: another call there, "
+                      "send/recv against a collective?",
+                      comm->rank, c->channel, (long long)weft_param_int(WEFT_PARAM_TIMEOUT));
+  WEFT_CHECK(res);
   if (l->msg.transport >= CONN_NTRANSPORTS) {
     WARN("rank %d: rank %d named transport %d for channel %d, which this build lacks", comm->rank,
          c->peer, l->msg.transport, c->channel);
