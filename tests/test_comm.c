@@ -253,6 +253,36 @@ START_TEST(test_scalable_missing) {
 }
 END_TEST
 
+/* Rank 1 never calls ncclCommSplit (it stays up, doing nothing): after
+ * WEFT_TIMEOUT (3 s here) rank 0's split returns ncclRemoteError saying
+ * every rank must call it. */
+static int split_missing_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL, child = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  if (rank == 1) {
+    harness_sleep_ms(5000);
+  } else {
+    double t0 = harness_now();
+    ncclResult_t res = ncclCommSplit(comm, 0, 0, &child, NULL);
+    HCHECK(res == ncclRemoteError, "a split rank 1 never joined -> %d", (int)res);
+    HCHECK(child == NULL, "a failed split set a communicator");
+    const char *msg = ncclGetLastError(NULL);
+    HCHECK(strstr(msg, "every rank must call ncclCommSplit") != NULL, "last error: \"%s\"", msg);
+    HCHECK(harness_now() - t0 < 5, "the failure took %.1f s", harness_now() - t0);
+  }
+  HNCCL(ncclCommAbort(comm));
+  return 0;
+}
+
+START_TEST(test_split_missing) {
+  setenv("WEFT_TIMEOUT", "3", 1);
+  char why[8192];
+  int rc = harness_procs(2, 60, split_missing_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 START_TEST(test_version) {
   int version = -1;
   ck_assert_int_eq(ncclGetVersion(&version), ncclSuccess);
@@ -296,6 +326,7 @@ int main(void) {
                       (int)(sizeof scalable_cases / sizeof scalable_cases[0]));
   tcase_add_test(tc, test_scalable_threads);
   tcase_add_test(tc, test_scalable_missing);
+  tcase_add_test(tc, test_split_missing);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("queries");

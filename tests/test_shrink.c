@@ -211,6 +211,41 @@ static int disagree_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   return 0;
 }
 
+/* Rank 0 excludes rank 1 and goes on alone; rank 1 excludes nobody and
+ * waits for rank 0's answer, which never comes: after WEFT_TIMEOUT (3 s
+ * here) it returns ncclRemoteError asking whether rank 0 passed the same
+ * list. Rank 0 stays up meanwhile, so the wait times out rather than
+ * seeing it leave. */
+static int excluded_caller_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm = NULL, c = NULL;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  int exclude[] = {1};
+  double t0 = harness_now();
+  ncclResult_t res = ncclCommShrink(comm, exclude, rank == 0 ? 1 : 0, &c, NULL, 0);
+  if (rank == 0) {
+    HCHECK(res == ncclSuccess && c != NULL, "rank 0's shrink to itself -> %d", (int)res);
+    HNCCL(ncclCommDestroy(c));
+    harness_sleep_ms(5000);
+  } else {
+    HCHECK(res == ncclRemoteError, "rank 1's shrink -> %d (%s)", (int)res, ncclGetErrorString(res));
+    const char *msg = ncclGetLastError(NULL);
+    HCHECK(strstr(msg, "rank 0") != NULL && strstr(msg, "same excludeRanksList") != NULL,
+           "last error: \"%s\"", msg);
+    HCHECK(harness_now() - t0 < 5, "the failure took %.1f s", harness_now() - t0);
+  }
+  HNCCL(ncclCommAbort(comm));
+  return 0;
+}
+
+START_TEST(test_shrink_excluded_caller) {
+  setenv("WEFT_TIMEOUT", "3", 1);
+  char why[8192];
+  int rc = harness_procs(2, 60, excluded_caller_rank, NULL, why, sizeof why);
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 START_TEST(test_shrink_disagree) {
   char why[8192];
   int rc = harness_procs(3, 60, disagree_rank, NULL, why, sizeof why);
@@ -388,6 +423,7 @@ int main(void) {
   tcase_add_test(tc, test_shrink_twice);
   tcase_add_test(tc, test_shrink_in_group);
   tcase_add_test(tc, test_shrink_disagree);
+  tcase_add_test(tc, test_shrink_excluded_caller);
   tcase_add_test(tc, test_shrink_args);
   tcase_add_test(tc, test_revoke_idle);
   tcase_add_test(tc, test_revoke_in_flight);

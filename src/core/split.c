@@ -54,7 +54,15 @@ ncclResult_t weft_comm_split(struct ncclComm *parent, int color, int key,
     goto out;
   }
   all[parent->rank] = (struct split_entry){color, key, parent->rank};
-  WEFT_CHECK_GOTO(weft_bootstrap_allgather(parent->bootstrap, all, sizeof(*all)), res, out);
+  res = weft_bootstrap_allgather(parent->bootstrap, all, sizeof(*all));
+  if (res == ncclSystemError) /* a timeout: the bootstrap WARNed the wait */
+    WARN(
+        "ncclCommSplit: rank %d: not every rank of the communicator joined the split within "
+        "WEFT_TIMEOUT: every rank must call ncclCommSplit, those that want no new communicator "
+        "with NCCL_SPLIT_NOCOLOR",
+        parent->rank);
+  if (res == ncclSystemError) res = ncclRemoteError; /* another rank's doing, as a stall */
+  if (res != ncclSuccess) goto out;
   *out = NULL;
   if (color == NCCL_SPLIT_NOCOLOR) goto out;
   int n = split_members(all, parent->nranks, color, members);
