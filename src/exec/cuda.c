@@ -82,10 +82,11 @@ struct weft_cuda_engine {
   struct engine_flags *flags;
   cudaStream_t side; /* non-blocking: plan uploads and error reads */
   cudaEvent_t last;  /* recorded after each launch: destroy waits for it */
-  /* The last launch's stream, and whether a capture recorded it
-   * (launch_order); nothing launched yet while ordered is 0. */
+  /* The last launch's stream, and whether a capture recorded it (set by
+   * launch_done, from what launch_order found: this_captured); nothing
+   * launched yet while ordered is 0. */
   cudaStream_t last_stream;
-  int last_captured, ordered;
+  int last_captured, this_captured, ordered;
   cudaEvent_t join;  /* orders the streams of a group's calls */
   unsigned *barrier; /* device words of the fused launches' barrier */
   struct plan_entry *plans;
@@ -572,20 +573,23 @@ static ncclResult_t launch_order(struct ncclComm *comm, const char *what, cudaSt
       return ncclUnhandledCudaError;
     }
   }
-  e->last_stream = s;
-  e->last_captured = captured;
-  e->ordered = 1;
+  e->this_captured = captured;
   return ncclSuccess;
 }
 
-/* Records the launch's end on stream for destroy to wait on. */
+/* Records the launch's end on stream, for the next launch on another stream
+ * (launch_order) and for destroy to wait on. */
 static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStream_t s) {
-  cudaError_t err = cudaEventRecord(comm->cuda->last, s);
+  struct weft_cuda_engine *e = comm->cuda;
+  cudaError_t err = cudaEventRecord(e->last, s);
   if (err != cudaSuccess) {
     WARN("rank %d: %s: cudaEventRecord after the launch: %s", comm->rank, what,
          cudaGetErrorString(err));
     return ncclUnhandledCudaError;
   }
+  e->last_stream = s;
+  e->last_captured = e->this_captured;
+  e->ordered = 1;
   return ncclSuccess;
 }
 
