@@ -177,6 +177,20 @@ static int bad_collectives(ncclComm_t comm, int rank, int nranks) {
       "recvbuff");
   BAD(ncclReduce(buf, buf, 4, ncclFloat32, (ncclRedOp_t)77, 0, comm, NULL), comm, "ncclReduce",
       "op");
+  /* Buffers that overlap without being in place: the call would read what
+   * it already wrote. */
+  float big[64] = {0};
+  size_t own = (size_t)rank * 4;
+  BAD(ncclAllReduce(big, big + 1, 4, ncclFloat32, ncclSum, comm, NULL), comm, "ncclAllReduce",
+      "overlap");
+  BAD(ncclAllGather(big + own + 1, big, 4, ncclFloat32, comm, NULL), comm, "ncclAllGather",
+      "overlap");
+  BAD(ncclReduceScatter(big, big + own + 2, 4, ncclFloat32, ncclSum, comm, NULL), comm,
+      "ncclReduceScatter", "overlap");
+  BAD(ncclBroadcast(big + 3, big, 4, ncclFloat32, rank, comm, NULL), comm, "ncclBroadcast",
+      "overlap");
+  BAD(ncclReduce(big, big + 2, 4, ncclFloat32, ncclSum, rank, comm, NULL), comm, "ncclReduce",
+      "overlap");
   return 0;
 }
 

@@ -193,6 +193,19 @@ ncclResult_t weft_check_comm_buffer_after(const struct ncclComm *comm, const cha
 #endif
 }
 
+ncclResult_t weft_check_overlap(const char *caller, const void *sendbuff, size_t send_bytes,
+                                const void *recvbuff, size_t recv_bytes, ptrdiff_t in_place_at,
+                                const char *in_place) {
+  uintptr_t s = (uintptr_t)sendbuff, r = (uintptr_t)recvbuff;
+  if (send_bytes == 0 || recv_bytes == 0 || s == r + (uintptr_t)in_place_at) return ncclSuccess;
+  if (s >= r + recv_bytes || r >= s + send_bytes) return ncclSuccess;
+  WARN(
+      "%s: sendbuff %p (%zu bytes) and recvbuff %p (%zu bytes) overlap without being in place; "
+      "expected %s (in place) or buffers that do not overlap",
+      caller, sendbuff, send_bytes, recvbuff, recv_bytes, in_place);
+  return ncclInvalidArgument;
+}
+
 ncclResult_t weft_check_comm_stream(const struct ncclComm *comm, const char *caller,
                                     cudaStream_t stream) {
   if (!comm_device_buffers(comm)) return ncclSuccess; /* host ranks ignore the stream */

@@ -29,6 +29,13 @@ ncclResult_t weft_check_comm_buffer_after(const struct ncclComm *comm, const cha
                                           const char *name, const void *p, size_t count,
                                           ncclDataType_t datatype, int nblocks,
                                           const void *checked);
+/* A collective's two buffers, of send_bytes and recv_bytes: either in place
+ * (sendbuff == recvbuff + in_place_at bytes; `in_place` says so for the
+ * message, "sendbuff == recvbuff" say) or not overlapping at all. A
+ * partial overlap would have the call read what it already wrote. */
+ncclResult_t weft_check_overlap(const char *caller, const void *sendbuff, size_t send_bytes,
+                                const void *recvbuff, size_t recv_bytes, ptrdiff_t in_place_at,
+                                const char *in_place);
 /* Ranks that take device buffers: stream must belong to the rank's GPU
  * (NULL, cudaStreamLegacy and cudaStreamPerThread always do). Host ranks
  * ignore the stream. Needs CUDA 12.8 (cudaStreamGetDevice); older builds

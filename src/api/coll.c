@@ -49,6 +49,9 @@ WEFT_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
   WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, count, datatype, 1,
                                           sendbuff));
+  size_t bytes = count * weft_dtype_size(datatype);
+  WEFT_CHECK(
+      weft_check_overlap(caller, sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff"));
   struct weft_coll coll = {WEFT_FUNC_ALLREDUCE, sendbuff, recvbuff, count, datatype, op, 0};
   return coll_submit(comm, &coll, &use, stream);
 }
@@ -66,6 +69,10 @@ WEFT_API ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, sendcount, datatype, 1));
   WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff (sendcount * nranks elements)",
                                           recvbuff, total, datatype, 1, sendbuff));
+  size_t es = weft_dtype_size(datatype);
+  WEFT_CHECK(weft_check_overlap(caller, sendbuff, sendcount * es, recvbuff, total * es,
+                                (ptrdiff_t)((size_t)comm->rank * sendcount * es),
+                                "sendbuff == recvbuff + rank * sendcount elements"));
   struct weft_coll coll = {
       WEFT_FUNC_ALLGATHER, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0};
   return coll_submit(comm, &coll, NULL, stream);
@@ -87,6 +94,10 @@ WEFT_API ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, si
                                     sendbuff, total, datatype, 1));
   WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff", recvbuff, recvcount, datatype,
                                           1, sendbuff));
+  size_t es = weft_dtype_size(datatype);
+  WEFT_CHECK(weft_check_overlap(caller, sendbuff, total * es, recvbuff, recvcount * es,
+                                -(ptrdiff_t)((size_t)comm->rank * recvcount * es),
+                                "recvbuff == sendbuff + rank * recvcount elements"));
   struct weft_coll coll = {WEFT_FUNC_REDUCESCATTER, sendbuff, recvbuff, recvcount, datatype, op, 0};
   return coll_submit(comm, &coll, &use, stream);
 }
@@ -103,9 +114,13 @@ WEFT_API ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, 0, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "recvbuff", recvbuff, count, datatype, 1));
-  if (comm->rank == root)
+  if (comm->rank == root) {
     WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "sendbuff (at the root)", sendbuff, count,
                                             datatype, 1, recvbuff));
+    size_t bytes = count * weft_dtype_size(datatype);
+    WEFT_CHECK(
+        weft_check_overlap(caller, sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff"));
+  }
   struct weft_coll coll = {WEFT_FUNC_BROADCAST, sendbuff, recvbuff, count, datatype, ncclSum, root};
   return coll_submit(comm, &coll, NULL, stream);
 }
@@ -138,9 +153,13 @@ WEFT_API ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t co
   WEFT_CHECK(weft_check_engine_supports(comm, caller, datatype, use.premul_sum, 0));
   WEFT_CHECK(weft_check_rank_arg(caller, "root", root, comm));
   WEFT_CHECK(weft_check_comm_buffer(comm, caller, "sendbuff", sendbuff, count, datatype, 1));
-  if (comm->rank == root)
+  if (comm->rank == root) {
     WEFT_CHECK(weft_check_comm_buffer_after(comm, caller, "recvbuff (at the root)", recvbuff, count,
                                             datatype, 1, sendbuff));
+    size_t bytes = count * weft_dtype_size(datatype);
+    WEFT_CHECK(
+        weft_check_overlap(caller, sendbuff, bytes, recvbuff, bytes, 0, "sendbuff == recvbuff"));
+  }
   struct weft_coll coll = {WEFT_FUNC_REDUCE, sendbuff, recvbuff, count, datatype, op, root};
   return coll_submit(comm, &coll, &use, stream);
 }
