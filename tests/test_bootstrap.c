@@ -454,6 +454,31 @@ START_TEST(test_refused_registration) {
 }
 END_TEST
 
+/* An id serves one communicator: its root ends once that one is made, and
+ * a second bootstrap on the same id says so after the timeout. */
+static int rank_id_twice(const ncclUniqueId *id, int rank, int n) {
+  struct weft_bootstrap *b = NULL;
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
+  weft_bootstrap_destroy(b);
+  b = NULL;
+  int64_t start = weft_time_ms();
+  EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) != ncclSuccess);
+  EXPECT(b == NULL);
+  EXPECT(weft_time_ms() - start < 5000);
+  EXPECT(strstr(weft_last_error(), "an id serves one communicator") != NULL);
+  return 0;
+}
+
+START_TEST(test_id_twice) {
+  set_env(2);
+  ncclUniqueId id;
+  int ranks[2] = {0, 1};
+  pid_t pids[2];
+  start_ranks(ranks, 2, 2, rank_id_twice, pids, &id);
+  ck_assert_int_eq(reap_ranks(pids, 2), 0);
+}
+END_TEST
+
 /* Rank 0 waits for a message rank 1 never sends; rank 1 stays up. */
 static int rank_recv_timeout(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
@@ -602,6 +627,7 @@ static Suite *bootstrap_suite(void) {
   tcase_add_test(tc, test_silent_connection);
   tcase_add_test(tc, test_missing_rank);
   tcase_add_test(tc, test_refused_registration);
+  tcase_add_test(tc, test_id_twice);
   tcase_add_test(tc, test_recv_timeout);
   tcase_add_test(tc, test_peer_gone);
   tcase_add_test(tc, test_abort);

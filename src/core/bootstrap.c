@@ -272,7 +272,11 @@ static ncclResult_t bs_reg_send(struct weft_bootstrap *b, struct bs_reg *g, int6
                               .first = g->first,
                               .count = g->count};
   if (weft_socket_connect(&g->id->root, deadline, &g->fd) != ncclSuccess) {
-    WARN("bootstrap rank %d: cannot reach %s", b->rank, g->what);
+    WARN(
+        "bootstrap rank %d: cannot reach %s within %d s: the process that made the id must be "
+        "alive, and an id serves one communicator (its root ends once that one is made; get a "
+        "new id for the next)",
+        b->rank, g->what, b->timeout_s);
     return ncclSystemError;
   }
   ncclResult_t res = bs_xfer(b, g->fd, 1, &reg, sizeof(reg), deadline, g->what);
