@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/debug.h"
 #include "core/comm.h"
 #include "core/comm_topo.h"
 #include "exec/cuda_net.h"
@@ -69,6 +70,17 @@ START_TEST(host_runs_simple) {
       ck_assert_int_eq(h.nchannels, d.nchannels);
       ck_assert_uint_eq(h.chunk_bytes, d.chunk_bytes);
     }
+}
+END_TEST
+
+/* NCCL_ALGO that leaves AllReduce none of weft's algorithms: it runs Ring,
+ * and the setting is WARNed once (NCCL would refuse the call). */
+START_TEST(algo_none_left) {
+  setenv("NCCL_ALGO", "allreduce:^Ring,Tree,Direct", 1);
+  ck_assert_int_eq(tune(4, 1, WEFT_FUNC_ALLREDUCE, 1u << 20).algo, WEFT_ALGO_RING);
+  ck_assert_int_eq(tune(4, 0, WEFT_FUNC_ALLREDUCE, 64).algo, WEFT_ALGO_RING);
+  ck_assert_msg(strstr(weft_last_error(), "NCCL_ALGO=allreduce:^Ring,Tree,Direct leaves") != NULL,
+                "last error: %s", weft_last_error());
 }
 END_TEST
 
@@ -811,6 +823,7 @@ int main(void) {
   TCase *tc = tcase_create("proto");
   tcase_add_test(tc, host_runs_simple);
   tcase_add_test(tc, cuda_crossover);
+  tcase_add_test(tc, algo_none_left);
   tcase_add_test(tc, cuda_no_direct);
   tcase_add_test(tc, net_links_direct);
   tcase_add_test(tc, own_buffers_one_gpu);

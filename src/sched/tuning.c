@@ -92,6 +92,15 @@ static void tuning_load(void) {
          "NCCL_ALGO=%s: NCCL's CollNet, NVLS and PAT are not algorithms of weft; "
          "ignored",
          weft_param_str(WEFT_PARAM_ALGO));
+  /* Where NCCL_ALGO leaves a collective nothing weft has, it runs Ring
+   * (algos_allowed); NCCL would refuse the call, so say it once. */
+  int none = 0;
+  for (int f = 0; f < WEFT_FUNC_COUNT; f++) none |= tuning.algo_mask[f] == 0;
+  if (none)
+    WARN(
+        "NCCL_ALGO=%s leaves some collectives none of weft's algorithms (Ring, Tree, Direct); "
+        "they run Ring",
+        weft_param_str(WEFT_PARAM_ALGO));
   const char *proto = weft_param_str(WEFT_PARAM_PROTO);
   weft_param_list(WEFT_PARAM_PROTO, tuning.proto_mask, WEFT_FUNC_COUNT);
   /* A collective NCCL_PROTO leaves without a protocol is tuned as if it
