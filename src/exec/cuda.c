@@ -1,8 +1,8 @@
 /* The CUDA engine: see exec/cuda.h and docs/CUDA.md. At init the GPU
  * transports (transport/gpu_transport.h: p2p, then net) link this rank to
  * its peers and the engine uploads the link tables its kernels read. Plans
- * go to the device once per shape and stay cached, so a launch is one
- * kernel on the caller's stream. */
+ * go to the device once per shape and stay cached (exec/cuda_plans.c), so
+ * a launch is one kernel on the caller's stream. */
 #include "exec/cuda.h"
 
 #include <stdint.h>
@@ -26,31 +26,10 @@
 #include "exec/cuda_direct.h"
 #include "exec/cuda_leave.h"
 #include "exec/cuda_one.h"
+#include "exec/cuda_plans.h"
 #include "exec/cuda_net.h"
 #include "transport/gpu_transport.h"
 #include "transport/p2p/p2p.h"
-
-/* Device plans kept per communicator; past this the least recently used
- * one is freed in stream order (plans recorded into a CUDA graph stay). */
-#define PLAN_CACHE_MAX 128
-
-/* A collective's shape; for grouped send/recv func is WEFT_FUNC_SEND,
- * count the number of ops and ops_hash a hash of their list (the entry
- * keeps the list itself, compared on a hash match). */
-struct plan_key {
-  int func, algo, proto, nchannels, root;
-  size_t count, elem_size, chunk_bytes;
-  uint64_t ops_hash;
-};
-
-struct plan_entry {
-  struct plan_key key;
-  struct weft_p2p *ops; /* send/recv plans: key.count ops (owned); else NULL */
-  struct weft_dev_plan plan;
-  uint64_t used;                     /* launch number of its last use */
-  int in_graph;                      /* launched during a stream capture: kept until destroy */
-  struct weft_cuda_net_ops *net_ops; /* slots it moves on net links; NULL: none */
-};
 
 /* The host-mapped words a rank's kernels share with the host: abort
  * (kernels give up once it is set), error (device.h's error word) and the
@@ -89,9 +68,7 @@ struct weft_cuda_engine {
   int last_captured, this_captured, ordered;
   cudaEvent_t join;  /* orders the streams of a group's calls */
   unsigned *barrier; /* device words of the fused launches' barrier */
-  struct plan_entry *plans;
-  int nplans;
-  uint64_t launches;
+  struct weft_cuda_plans plans;
   struct weft_cuda_leave *leave; /* this process's ranks of the communicator (NULL: one) */
   int leave_index;
 };
@@ -199,17 +176,12 @@ static void engine_free(struct weft_cuda_engine *e, int abort) {
   weft_cuda_direct_destroy(e->direct);
   for (int t = LINKS_N - 1; t >= 0; t--) gpu_transports[t]->free(e->links[t], abort);
   weft_dev_conns_destroy(&e->conns);
-  for (int i = 0; i < e->nplans; i++) {
-    weft_dev_plan_free(&e->plans[i].plan);
-    free(e->plans[i].ops);
-    weft_cuda_net_ops_free(e->plans[i].net_ops);
-  }
+  weft_cuda_plans_free(&e->plans);
   weft_dev_barrier_destroy(e->barrier);
   if (e->flags != NULL) cudaFreeHost(e->flags);
   if (e->side != NULL) cudaStreamDestroy(e->side);
   if (e->last != NULL) cudaEventDestroy(e->last);
   if (e->join != NULL) cudaEventDestroy(e->join);
-  free(e->plans);
   free(e->cross);
   free(e->net_peer);
   weft_cuda_leave_release(e->leave, e->leave_index);
@@ -264,9 +236,9 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (e != NULL) {
     e->cross = calloc((size_t)comm->nranks, 1);
     e->net_peer = calloc((size_t)comm->nranks, 1);
-    e->plans = calloc(PLAN_CACHE_MAX, sizeof(*e->plans));
   }
-  if (e == NULL || e->cross == NULL || e->net_peer == NULL || e->plans == NULL) {
+  if (e == NULL || e->cross == NULL || e->net_peer == NULL ||
+      weft_cuda_plans_init(comm, &e->plans) != ncclSuccess) {
     WARN("rank %d: out of memory for the CUDA engine", comm->rank);
     if (e != NULL) engine_free(e, 1);
     return ncclSystemError;
@@ -296,6 +268,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
   if (res != ncclSuccess) goto err;
   CUDA_GOTO(comm, cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking),
             "cudaStreamCreateWithFlags", err);
+  e->plans.side = e->side;
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->last, cudaEventDisableTiming), "cudaEventCreate",
             err);
   CUDA_GOTO(comm, cudaEventCreateWithFlags(&e->join, cudaEventDisableTiming), "cudaEventCreate",
@@ -318,6 +291,7 @@ ncclResult_t weft_cuda_engine_create(struct ncclComm *comm) {
     res = weft_cuda_net_create(comm, e->net_peer, &e->conns, e->links[LINKS_NET], &e->flags->error,
                                (const volatile uint32_t *)&e->flags->abort, &e->net);
   if (res != ncclSuccess) goto err;
+  e->plans.net = e->net;
   if (nnet == 0) res = weft_cuda_direct_create(comm, e->cross, &e->direct);
   if (res != ncclSuccess) goto err;
   comm->cuda_direct = weft_cuda_direct_kind(e->direct);
@@ -385,122 +359,6 @@ void weft_cuda_engine_destroy(struct ncclComm *comm, int abort) {
   weft_cuda_leave_wait(e->leave, e->leave_index, comm->op_seq, abort,
                        (double)weft_param_int(WEFT_PARAM_TIMEOUT));
   engine_free(e, abort);
-}
-
-/* The cached entry for key (and, for send/recv, its op list), or NULL. */
-static struct plan_entry *plan_find(struct weft_cuda_engine *e, const struct plan_key *key,
-                                    const struct weft_p2p *ops) {
-  for (int i = 0; i < e->nplans; i++) {
-    struct plan_entry *p = &e->plans[i];
-    if (memcmp(&p->key, key, sizeof(*key)) != 0) continue;
-    if (ops == NULL || memcmp(p->ops, ops, key->count * sizeof(*ops)) == 0) return p;
-  }
-  return NULL;
-}
-
-/* Uploads a host plan and keeps it under key (ops: a copy is kept with it),
- * evicting the least recently used plan that no CUDA graph holds when the
- * cache is full. The upload runs on the side stream and is waited for
- * there: outside any graph, so a capturing caller records only launches. */
-static ncclResult_t plan_insert(struct ncclComm *comm, const struct plan_key *key,
-                                const struct weft_p2p *ops, const struct weft_plan *plan,
-                                cudaStream_t stream, struct plan_entry **out) {
-  struct weft_cuda_engine *e = comm->cuda;
-  struct weft_p2p *ops_copy = NULL;
-  if (ops != NULL) {
-    ops_copy = malloc(key->count > 0 ? key->count * sizeof(*ops) : 1);
-    if (ops_copy == NULL) {
-      WARN("rank %d: CUDA engine: out of memory caching a plan of %zu sends/receives", comm->rank,
-           key->count);
-      return ncclSystemError;
-    }
-    memcpy(ops_copy, ops, key->count * sizeof(*ops));
-  }
-  /* What a launch of the plan posts to the proxy, kept with it. */
-  struct weft_cuda_net_ops *net_ops = NULL;
-  if (e->net != NULL) {
-    ncclResult_t r = weft_cuda_net_plan_ops(e->net, plan, ops != NULL, &net_ops);
-    if (r != ncclSuccess) {
-      free(ops_copy);
-      return r;
-    }
-  }
-  /* A capturing caller's mode would forbid the upload's synchronization;
-   * it happens on the side stream, outside the graph, so relax it. */
-  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  struct weft_dev_plan dp;
-  ncclResult_t res = weft_dev_plan_upload(plan, e->side, &dp);
-  cudaError_t err = res == ncclSuccess ? cudaStreamSynchronize(e->side) : cudaSuccess;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  if (res != ncclSuccess || err != cudaSuccess) {
-    if (err != cudaSuccess) {
-      WARN("rank %d: CUDA engine: uploading a plan: %s", comm->rank, cudaGetErrorString(err));
-      weft_dev_plan_free_async(&dp, e->side);
-      res = ncclUnhandledCudaError;
-    }
-    free(ops_copy);
-    weft_cuda_net_ops_free(net_ops);
-    return res;
-  }
-  struct plan_entry *slot = NULL;
-  if (e->nplans < PLAN_CACHE_MAX) {
-    slot = &e->plans[e->nplans++];
-  } else {
-    for (int i = 0; i < e->nplans; i++)
-      if (!e->plans[i].in_graph && (slot == NULL || e->plans[i].used < slot->used))
-        slot = &e->plans[i];
-    if (slot == NULL) {
-      WARN("rank %d: CUDA engine: %d plans are held by CUDA graphs; no room for another",
-           comm->rank, PLAN_CACHE_MAX);
-      weft_dev_plan_free_async(&dp, e->side);
-      free(ops_copy);
-      weft_cuda_net_ops_free(net_ops);
-      return ncclInternalError;
-    }
-    /* After the work already queued on this stream, which may use it. */
-    weft_dev_plan_free_async(&slot->plan, stream);
-    free(slot->ops);
-    weft_cuda_net_ops_free(slot->net_ops); /* posted at launch already: not read again */
-  }
-  memset(slot, 0, sizeof(*slot));
-  slot->key = *key;
-  slot->ops = ops_copy;
-  slot->plan = dp;
-  slot->net_ops = net_ops;
-  *out = slot;
-  return ncclSuccess;
-}
-
-/* Marks an entry used by a launch on stream: recency for the cache, and
- * pinned for good once a CUDA graph has recorded it. */
-static void plan_use(struct weft_cuda_engine *e, struct plan_entry *entry, cudaStream_t stream) {
-  entry->used = ++e->launches;
-  enum cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
-      capturing == cudaStreamCaptureStatusActive)
-    entry->in_graph = 1;
-}
-
-/* The cached device plan of a collective, built and uploaded on a miss. */
-static ncclResult_t plan_get(struct ncclComm *comm, const struct plan_key *key,
-                             const struct weft_sched_args *args, cudaStream_t stream,
-                             struct plan_entry **out) {
-  struct plan_entry *hit = plan_find(comm->cuda, key, NULL);
-  if (hit != NULL) {
-    *out = hit;
-    return ncclSuccess;
-  }
-  struct weft_plan plan;
-  if (key->algo == WEFT_ALGO_DIRECT)
-    WEFT_CHECK(weft_direct_plan(comm->rank, comm->nranks, args->count * args->elem_size, &plan));
-  else if (key->algo == WEFT_ALGO_TREE)
-    WEFT_CHECK(weft_tree_plan(args, &plan));
-  else
-    WEFT_CHECK(weft_ring_plan(args, &plan));
-  ncclResult_t res = plan_insert(comm, key, NULL, &plan, stream, out);
-  weft_plan_free(&plan);
-  return res;
 }
 
 /* Elements of the input a collective reads: count, or count per rank for
@@ -594,11 +452,12 @@ static ncclResult_t launch_done(struct ncclComm *comm, const char *what, cudaStr
 }
 
 /* The cached, uploaded plan of a collective, checked to fit the GPU and
- * marked used on stream s. */
+ * marked used by this launch (on stream s, after launch_order). */
 static ncclResult_t coll_plan(struct ncclComm *comm, const struct weft_coll *coll,
                               const struct weft_sched_args *args, int algo, int proto,
-                              cudaStream_t s, struct plan_entry **out) {
-  struct plan_key key;
+                              cudaStream_t s, struct weft_cuda_plan **out) {
+  struct weft_cuda_engine *e = comm->cuda;
+  struct weft_cuda_plan_key key;
   memset(&key, 0, sizeof(key));
   key.func = (int)args->func;
   key.algo = algo;
@@ -611,11 +470,11 @@ static ncclResult_t coll_plan(struct ncclComm *comm, const struct weft_coll *col
     key.root = args->root;
     key.chunk_bytes = args->chunk_bytes;
   }
-  struct plan_entry *entry;
-  WEFT_CHECK(plan_get(comm, &key, args, s, &entry));
+  struct weft_cuda_plan *entry;
+  WEFT_CHECK(weft_cuda_plans_coll(comm, &e->plans, &key, args, s, &entry));
   WEFT_CHECK(lanes_fit(comm, weft_func_name(coll->func), entry->plan.nlanes));
   entry->plan.proto = proto; /* in the key too: an entry serves one protocol */
-  plan_use(comm->cuda, entry, s);
+  weft_cuda_plans_use(&e->plans, entry, e->this_captured);
   *out = entry;
   return ncclSuccess;
 }
@@ -632,7 +491,7 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
   /* Direct on the ranks' own buffers, or a plan over the links. */
   const int own =
       algo == WEFT_ALGO_DIRECT && weft_cuda_direct_runs(e->direct, coll, premul != NULL);
-  struct plan_entry *entry = NULL;
+  struct weft_cuda_plan *entry = NULL;
   if (!own) WEFT_CHECK(coll_plan(comm, coll, args, algo, proto, s, &entry));
   const void *in = coll->sendbuff;
   ncclRedOp_t op = coll->op;
@@ -672,14 +531,6 @@ ncclResult_t weft_cuda_engine_launch(struct ncclComm *comm, const struct weft_co
 }
 
 /* ---- Grouped send/recv --------------------------------------------------- */
-
-/* FNV-1a over the op list: the cache compares whole lists only on a match. */
-static uint64_t ops_hash(const struct weft_p2p *ops, int nops) {
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char *b = (const unsigned char *)ops;
-  for (size_t i = 0; i < (size_t)nops * sizeof(*ops); i++) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
 
 /* With fork, streams[0] waits for what is queued on every other stream;
  * without, every other stream waits for what is queued on streams[0]. One
@@ -764,26 +615,6 @@ static ncclResult_t stage_sends(struct ncclComm *comm, const struct weft_cuda_p2
   return ncclSuccess;
 }
 
-/* The cached device plan of a send/recv op list, built on a miss. */
-static ncclResult_t p2p_plan_get(struct ncclComm *comm, const struct weft_cuda_p2p *p,
-                                 cudaStream_t s, struct plan_entry **out) {
-  struct plan_key key;
-  memset(&key, 0, sizeof(key));
-  key.func = WEFT_FUNC_SEND;
-  key.count = (size_t)p->nops;
-  key.ops_hash = ops_hash(p->ops, p->nops);
-  struct plan_entry *hit = plan_find(comm->cuda, &key, p->ops);
-  if (hit != NULL) {
-    *out = hit;
-    return ncclSuccess;
-  }
-  struct weft_plan plan;
-  WEFT_CHECK(weft_p2p_plan_parts(comm->rank, p->ops, p->nops, comm->cuda->p2p_parts, &plan));
-  ncclResult_t res = plan_insert(comm, &key, p->ops, &plan, s, out);
-  weft_plan_free(&plan);
-  return res;
-}
-
 _Static_assert(WEFT_CUDA_FUSE_MAX <= WEFT_DEV_FUSE_MAX,
                "a fused launch of the engine must fit the device's kernel parameters");
 
@@ -799,12 +630,12 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
   void *streams[WEFT_CUDA_FUSE_MAX];
   int nstreams = 0;
   struct weft_dev_fused_coll fc[WEFT_CUDA_FUSE_MAX];
-  struct plan_entry *entries[WEFT_CUDA_FUSE_MAX];
+  struct weft_cuda_plan *entries[WEFT_CUDA_FUSE_MAX];
   weft_device_select(e->dev);
   WEFT_CHECK(launch_order(comm, "a group's collectives", s));
   for (int i = 0; i < n; i++) {
     const struct weft_cuda_call *c = &calls[i];
-    struct plan_entry *entry;
+    struct weft_cuda_plan *entry;
     WEFT_CHECK(coll_plan(comm, c->coll, &c->args, c->algo, c->proto, s, &entry));
     entries[i] = entry;
     fc[i] = (struct weft_dev_fused_coll){&entry->plan, c->coll->sendbuff, c->coll->recvbuff,
@@ -826,11 +657,10 @@ ncclResult_t weft_cuda_engine_launch_fused(struct ncclComm *comm,
 static ncclResult_t p2p_plan_launch(struct ncclComm *comm, const struct weft_p2p *ops,
                                     void *const *bufs, int nops, cudaStream_t s) {
   struct weft_cuda_engine *e = comm->cuda;
-  const struct weft_cuda_p2p part = {.ops = ops, .bufs = bufs, .nops = nops};
-  struct plan_entry *entry;
-  WEFT_CHECK(p2p_plan_get(comm, &part, s, &entry));
+  struct weft_cuda_plan *entry;
+  WEFT_CHECK(weft_cuda_plans_p2p(comm, &e->plans, ops, nops, e->p2p_parts, s, &entry));
   WEFT_CHECK(lanes_fit(comm, "send/recv", entry->plan.nlanes));
-  plan_use(e, entry, s);
+  weft_cuda_plans_use(&e->plans, entry, e->this_captured);
   WEFT_CHECK(weft_cuda_net_post(comm, entry->net_ops, s));
   return weft_dev_p2p_launch(&entry->plan, &e->conns, bufs, nops, s);
 }
