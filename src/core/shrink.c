@@ -155,13 +155,14 @@ static ncclResult_t shrink_follow(struct ncclComm *parent, const struct shrink_p
   WEFT_CHECK(weft_bootstrap_send(parent->bootstrap, leader, SHRINK_TAG_ASK, &ask, sizeof(ask)));
   ncclResult_t res =
       weft_bootstrap_recv(parent->bootstrap, leader, SHRINK_TAG_ID, &ans, sizeof(ans));
-  if (res == ncclSystemError) /* a timeout: the bootstrap WARNed the wait */
+  if (res == ncclSystemError) { /* a timeout: the bootstrap WARNed the wait */
     WARN(
         "ncclCommShrink: rank %d: rank %d (the lowest rank this shrink keeps) did not answer "
         "within WEFT_TIMEOUT: did it call ncclCommShrink, with the same excludeRanksList (its "
         "list may exclude this rank)?",
         parent->rank, leader);
-  if (res == ncclSystemError) return ncclRemoteError; /* another rank's doing, as a stall */
+    return ncclRemoteError; /* another rank's doing, as a stall */
+  }
   WEFT_CHECK(res);
   switch (ans.status) {
     case SHRINK_OK: *id_out = ans.id; return ncclSuccess;
