@@ -578,8 +578,8 @@ static const struct session sessions[] = {
     {7, "ring", 0, 0},   {8, "ring", 0, 0},   {2, "allreduce:tree;broadcast:ring", 0, 1},
     {3, "Tree", 0, 1},   {5, "tree", 0, 1},   {8, "tree", 0, 1},
     {3, "ring", 1, 0},   {4, NULL, 1, 0},     {6, NULL, 0, 0},
-    {1, "direct", 0, 1}, {2, "direct", 0, 1}, {3, "Direct", 0, 1},
-    {4, "direct", 1, 1}, {5, "direct", 0, 1}, {8, "direct", 0, 1},
+    {1, "direct", 0, 0}, {2, "direct", 0, 0}, {3, "Direct", 0, 0},
+    {4, "direct", 1, 0}, {5, "direct", 0, 0}, {8, "direct", 0, 0},
 };
 #define NSESSIONS (int)(sizeof sessions / sizeof sessions[0])
 

@@ -260,6 +260,66 @@ START_TEST(test_mismatched_call) {
 }
 END_TEST
 
+/* Calls small enough to run directly (records and data in one exchange),
+ * each round a different disagreement: a ReduceScatter, a Reduce at root
+ * 1 and a Broadcast from root 2; Broadcasts from three roots; AllGathers
+ * of 8 floats (direct) and 100000 (ring, after the call check). Each rank
+ * reads every other's record, drains the bytes that follow it (what the
+ * sender's own call sends this rank), reports who called what and leaves
+ * its output untouched; the communicator stays in step. */
+#define DIRECT_ROUNDS 3
+static int mismatch_direct(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  size_t big = 100000 * (size_t)nranks;
+  float *send = calloc(big, sizeof(float)), *recv = malloc(big * sizeof(float));
+  HCHECK(send != NULL && recv != NULL, "out of memory");
+  for (size_t i = 0; i < big; i++) send[i] = (float)(rank + 1);
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  static const char *const want[DIRECT_ROUNDS][3] = {
+      {"rank 0 called ReduceScatter(count 16, ncclFloat32, ncclSum)",
+       "rank 1 called Reduce(count 16, ncclFloat32, ncclSum, root 1)",
+       "rank 2 called Broadcast(count 16, ncclFloat32, root 2)"},
+      {"rank 0 called Broadcast(count 16, ncclFloat32, root 0)",
+       "rank 1 called Broadcast(count 16, ncclFloat32, root 1)",
+       "rank 2 called Broadcast(count 16, ncclFloat32, root 2)"},
+      {"rank 0 called AllGather(count 8, ncclFloat32)", "ranks 1-2 called AllGather(count 100000",
+       NULL}};
+  for (int round = 0; round < DIRECT_ROUNDS; round++) {
+    memset(recv, 0x7f, big * sizeof(float));
+    ncclResult_t res;
+    if (round == 0 && rank == 0)
+      res = ncclReduceScatter(send, recv, 16, ncclFloat32, ncclSum, comm, NULL);
+    else if (round == 0 && rank == 1)
+      res = ncclReduce(send, recv, 16, ncclFloat32, ncclSum, 1, comm, NULL);
+    else if (round <= 1)
+      res = ncclBroadcast(send, recv, 16, ncclFloat32, rank, comm, NULL);
+    else
+      res = ncclAllGather(send, recv, rank == 0 ? 8 : 100000, ncclFloat32, comm, NULL);
+    HCHECK(res == ncclInvalidUsage, "round %d: mismatched call -> %d, expected ncclInvalidUsage",
+           round, (int)res);
+    const char *msg = ncclGetLastError(comm);
+    for (int k = 0; k < 3; k++)
+      HCHECK(want[round][k] == NULL || strstr(msg, want[round][k]) != NULL,
+             "round %d: the error does not say \"%s\": %s", round, want[round][k], msg);
+    for (size_t i = 0; i < big; i++)
+      HCHECK(((const unsigned char *)recv)[i * sizeof(float)] == 0x7f,
+             "round %d: the output was written (element %zu)", round, i);
+  }
+  free(send);
+  free(recv);
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+START_TEST(test_mismatched_direct) {
+  char why[4096];
+  int rc = harness_procs(3, 60, mismatch_direct, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+END_TEST
+
 /* Rank 0 sends 100 floats, rank 1 posts 50: rank 1 gets ncclInvalidUsage,
  * its buffer is untouched, and both go on. */
 static int mismatch_p2p(int rank, int nranks, ncclUniqueId id, void *arg) {
@@ -304,6 +364,7 @@ int main(void) {
   tcase_add_test(tc, test_mismatched_count);
   tcase_add_test(tc, test_mismatched_call);
   tcase_add_test(tc, test_mismatched_algo);
+  tcase_add_test(tc, test_mismatched_direct);
   tcase_add_test(tc, test_mismatched_p2p);
   suite_add_tcase(s, tc);
   return suite_run(s);

@@ -107,6 +107,21 @@ START_TEST(cuda_no_direct) {
 }
 END_TEST
 
+/* Host ranks run small calls of every collective directly (one exchange
+ * with the call check folded in; exec/host_check.c) and large ones on the
+ * ring; the CUDA engine's Direct over links stays AllReduce's. */
+START_TEST(host_direct_small) {
+  static const enum weft_func funcs[] = {WEFT_FUNC_ALLGATHER, WEFT_FUNC_REDUCESCATTER,
+                                         WEFT_FUNC_BROADCAST, WEFT_FUNC_REDUCE};
+  for (int n = 2; n <= 8; n *= 2)
+    for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
+      ck_assert_int_eq(tune(n, 1, funcs[i], 8).algo, WEFT_ALGO_DIRECT);
+      ck_assert_int_eq(tune(n, 1, funcs[i], 4u << 20).algo, WEFT_ALGO_RING);
+      ck_assert_int_ne(tune(n, 0, funcs[i], 8).algo, WEFT_ALGO_DIRECT);
+    }
+}
+END_TEST
+
 /* Ranks of one process on one GPU (comm->cuda_direct 1) run every
  * collective Direct has, at every size, on the CUDA engine; send/recv
  * keep their plans. */
@@ -122,10 +137,13 @@ START_TEST(own_buffers_one_gpu) {
       ck_assert_int_eq(weft_tune(&c, 1, has[i], bytes, 4, &t), ncclSuccess);
       ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
       ck_assert_int_eq(t.proto, WEFT_PROTO_SIMPLE);
-      /* The host engine keeps its own choice (Direct only for small
-       * all-reduces). */
+      /* The host engine keeps its own choice: Direct for small calls of
+       * every collective (one exchange, the call check folded in), a plan
+       * for large ones. */
       ck_assert_int_eq(weft_tune(&c, 0, has[i], bytes, 4, &t), ncclSuccess);
-      if (bytes > 16384 || has[i] != WEFT_FUNC_ALLREDUCE)
+      if (bytes <= 64)
+        ck_assert_int_eq(t.algo, WEFT_ALGO_DIRECT);
+      else if (bytes > 16384)
         ck_assert_int_ne(t.algo, WEFT_ALGO_DIRECT);
     }
   ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_SEND, 4096, 4, &t), ncclSuccess);
@@ -825,6 +843,7 @@ int main(void) {
   tcase_add_test(tc, cuda_crossover);
   tcase_add_test(tc, algo_none_left);
   tcase_add_test(tc, cuda_no_direct);
+  tcase_add_test(tc, host_direct_small);
   tcase_add_test(tc, net_links_direct);
   tcase_add_test(tc, own_buffers_one_gpu);
   tcase_add_test(tc, own_buffers_asked);

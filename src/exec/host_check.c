@@ -1,9 +1,9 @@
 /* The call check: before a collective moves data, every rank sends a
  * fixed-size record of what it was called with to every other rank (the
  * direct plan with no bytes, run framed), and every rank compares them.
- * A direct AllReduce needs no separate check: its records travel in front
- * of its data, in the same exchange, and the rank-order reduction of what
- * arrived runs only when every record agrees.
+ * A direct collective needs no separate check: its records travel in
+ * front of its data, in the same exchange, and what arrived is reduced or
+ * copied into the output only when every record agrees.
  * When they differ, every rank WARNs the same sentence naming who called
  * what, the task moves no data and ends in ncclInvalidUsage. The records
  * are the same size whatever the calls, so the links stay in step and the
@@ -200,6 +200,50 @@ static ncclResult_t direct_self(struct weft_host_worker *w, const char *in, size
   return ncclSuccess;
 }
 
+/* Reduces the n sources of direct_src in rank order into out. */
+static void direct_reduce(struct weft_host_worker *w, const struct weft_host_run *r, char *out,
+                          size_t count, int n) {
+  weft_reduce_host(out, w->direct_src[0], w->direct_src[1], count, r->datatype, r->op);
+  for (int k = 2; k < n; k++)
+    weft_reduce_host(out, out, w->direct_src[k], count, r->datatype, r->op);
+  if (r->op == ncclAvg) weft_postop_avg_host(out, count, r->datatype, n);
+}
+
+/* What arrived, into the output: reduced (AllReduce, ReduceScatter, and
+ * Reduce at the root) or copied (AllGather, Broadcast off the root). Own
+ * data is read in place; an in-place reduction past rank 1 reads a copy,
+ * since the output overwrites it before its turn. */
+static ncclResult_t direct_finish(struct weft_host_worker *w, const struct weft_host_task *task,
+                                  const struct weft_host_run *r, int me, int n, size_t bytes) {
+  const struct weft_coll *c = &task->coll;
+  const char *in = r->bufs[WEFT_BUF_IN];
+  char *out = r->bufs[WEFT_BUF_OUT];
+  for (int i = 0; i < r->plan->nlanes; i++)
+    w->direct_src[r->plan->lanes[i].steps[0].recv_peer] = w->lanes[i].scratch;
+  switch (c->func) {
+    case WEFT_FUNC_ALLGATHER:
+      for (int k = 0; k < n; k++) {
+        const char *src = k == me ? in : w->direct_src[k];
+        if (out + (size_t)k * bytes != src) memcpy(out + (size_t)k * bytes, src, bytes);
+      }
+      return ncclSuccess;
+    case WEFT_FUNC_BROADCAST: {
+      const char *src = c->root == me ? in : w->direct_src[c->root];
+      if (out != src) memcpy(out, src, bytes);
+      return ncclSuccess;
+    }
+    case WEFT_FUNC_REDUCE:
+      if (me != c->root) return ncclSuccess;
+      break;
+    case WEFT_FUNC_REDUCESCATTER: in += (size_t)me * bytes; break;
+    default: break;
+  }
+  if (in == out && me >= 2) WEFT_CHECK(direct_self(w, in, bytes, me, &in));
+  w->direct_src[me] = in;
+  direct_reduce(w, r, out, bytes / r->esize, n);
+  return ncclSuccess;
+}
+
 ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft_host_task *task,
                                    struct weft_host_run *r, ncclResult_t *usage_out) {
   struct ncclComm *comm = h->comm;
@@ -217,16 +261,5 @@ ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft
     return ncclSuccess;
   }
   if (bytes == 0) return ncclSuccess;
-  const char *in = r->bufs[WEFT_BUF_IN];
-  char *out = r->bufs[WEFT_BUF_OUT];
-  for (int i = 0; i < r->plan->nlanes; i++)
-    w->direct_src[r->plan->lanes[i].steps[0].recv_peer] = w->lanes[i].scratch;
-  if (in == out && me >= 2) WEFT_CHECK(direct_self(w, in, bytes, me, &in));
-  w->direct_src[me] = in;
-  size_t count = task->coll.count;
-  weft_reduce_host(out, w->direct_src[0], w->direct_src[1], count, r->datatype, r->op);
-  for (int k = 2; k < n; k++)
-    weft_reduce_host(out, out, w->direct_src[k], count, r->datatype, r->op);
-  if (r->op == ncclAvg) weft_postop_avg_host(out, count, r->datatype, n);
-  return ncclSuccess;
+  return direct_finish(w, task, r, me, n, bytes);
 }

@@ -30,9 +30,10 @@ enum weft_host_rx {
 };
 
 /* What a rank was called with (host_check.c). Framed runs (the call check,
- * direct plans) send it before every send's bytes; payload says how many
- * bytes follow, so a receiver that expected another size drains exactly
- * those and the link stays in step. */
+ * direct plans) send it before every send's bytes; payload is the direct
+ * plan's block (0 for the call check), and what follows it on a link is
+ * weft_direct_sends of it (sched/schedule.h), so a receiver that expected
+ * another size drains exactly those bytes and the link stays in step. */
 #define WEFT_HOST_RECORD_MAGIC 0x43534457u /* "WDSC" */
 
 struct weft_host_record {

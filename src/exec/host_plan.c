@@ -27,7 +27,8 @@ static ncclResult_t plan_tuned(struct ncclComm *comm, const struct weft_coll *co
   };
   if (tune->algo == WEFT_ALGO_DIRECT && comm->nranks > 1) {
     task->algo = WEFT_ALGO_DIRECT;
-    return weft_direct_plan(comm->rank, comm->nranks, weft_engine_op_bytes(coll), &task->plan);
+    return weft_direct_coll_plan(coll->func, comm->rank, comm->nranks, coll->root,
+                                 weft_engine_op_bytes(coll), &task->plan);
   }
   if (tune->algo == WEFT_ALGO_TREE) return weft_tree_plan(&args, &task->plan);
   return weft_ring_plan(&args, &task->plan);

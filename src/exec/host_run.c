@@ -211,9 +211,11 @@ static ncclResult_t lane_rx_record(struct weft_host_run *r, struct weft_host_lan
          c->rank, r->what, (unsigned long long)r->seq, c->peer, c->channel);
     return ncclInvalidUsage;
   }
-  if (rec->payload == st->recv_bytes) return lane_rx_data(r, l, st);
+  size_t sent = weft_direct_sends((enum weft_func)rec->func, rec->rank, c->rank, rec->root,
+                                  (size_t)rec->payload);
+  if (sent == st->recv_bytes) return lane_rx_data(r, l, st);
   l->rx_mode = WEFT_HOST_RX_DRAIN;
-  l->rx_total = (size_t)rec->payload;
+  l->rx_total = sent;
   l->rx_off = 0;
   if (l->rx_total == 0) {
     l->rx_mode = WEFT_HOST_RX_NONE;

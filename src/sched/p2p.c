@@ -118,20 +118,23 @@ out_free:
 
 /* Lane i talks to rank me+1+i, so lane k of rank a and the lane of rank b
  * that names a use the two ends of the same channel-0 links. */
-ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_plan *out) {
+ncclResult_t weft_direct_coll_plan(enum weft_func func, int rank, int nranks, int root,
+                                   size_t bytes, struct weft_plan *out) {
   WEFT_CHECK(weft_plan_alloc(out, nranks - 1));
   for (int i = 0; i < nranks - 1; i++) {
     int peer = (rank + 1 + i) % nranks;
     struct weft_lane *lane = &out->lanes[i];
+    size_t in = weft_direct_sends(func, peer, rank, root, bytes);
     lane->channel = 0;
-    lane->scratch_bytes = bytes;
+    lane->scratch_bytes = in;
     struct weft_step st = {.flags = WEFT_STEP_SEND | WEFT_STEP_RECV | WEFT_STEP_COPY,
                            .send_buf = WEFT_BUF_IN,
+                           .send_off = func == WEFT_FUNC_REDUCESCATTER ? (size_t)peer * bytes : 0,
                            .dst_buf = WEFT_BUF_SCRATCH,
                            .send_peer = peer,
                            .recv_peer = peer,
-                           .send_bytes = bytes,
-                           .recv_bytes = bytes};
+                           .send_bytes = weft_direct_sends(func, rank, peer, root, bytes),
+                           .recv_bytes = in};
     ncclResult_t res = weft_lane_push(lane, &st);
     if (res != ncclSuccess) {
       weft_plan_free(out);
@@ -139,4 +142,8 @@ ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_pl
     }
   }
   return ncclSuccess;
+}
+
+ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_plan *out) {
+  return weft_direct_coll_plan(WEFT_FUNC_ALLREDUCE, rank, nranks, -1, bytes, out);
 }

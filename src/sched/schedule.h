@@ -124,12 +124,31 @@ ncclResult_t weft_ring_plan(const struct weft_sched_args *args, struct weft_plan
  * carrying half of the data (lanes alternate between them). */
 ncclResult_t weft_tree_plan(const struct weft_sched_args *args, struct weft_plan *out);
 
-/* Direct AllReduce (and, with no bytes, the exchange of call records):
- * one lane per peer on channel 0, one step each that sends the whole input
- * to the peer and receives the peer's input into the lane's scratch. The
- * engine reduces the arrivals in rank order, so every rank computes the
- * same sums in the same order. */
+/* Direct collectives (and, with no bytes, the exchange of call records):
+ * one lane per peer on channel 0, one step each that sends the peer what
+ * weft_direct_sends says and receives what the peer sends into the lane's
+ * scratch. The engine then reduces (in rank order, so every rank computes
+ * the same sums in the same order) or copies the arrivals into the
+ * output. bytes is a block: the input of AllReduce, AllGather, Broadcast
+ * and Reduce, one rank's share of a ReduceScatter. */
+ncclResult_t weft_direct_coll_plan(enum weft_func func, int rank, int nranks, int root,
+                                   size_t bytes, struct weft_plan *out);
+/* Direct AllReduce: weft_direct_coll_plan's AllReduce. */
 ncclResult_t weft_direct_plan(int rank, int nranks, size_t bytes, struct weft_plan *out);
+
+/* What rank `from` sends rank `to` in a direct collective of blocks of
+ * `bytes`: its input to every peer (AllReduce, AllGather), block `to` of
+ * it (ReduceScatter), the root's input to each (Broadcast), each input to
+ * the root (Reduce). A receiver reads it off the sender's call record, so
+ * it knows what follows even when their calls differ. */
+static inline size_t weft_direct_sends(enum weft_func func, int from, int to, int root,
+                                       size_t bytes) {
+  switch (func) {
+    case WEFT_FUNC_BROADCAST: return from == root ? bytes : 0;
+    case WEFT_FUNC_REDUCE: return to == root && from != root ? bytes : 0;
+    default: return bytes;
+  }
+}
 
 /* One grouped ncclSend/ncclRecv of this rank; its buffer is index i of the
  * plan when it is ops[i]. */

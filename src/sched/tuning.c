@@ -140,7 +140,8 @@ static enum weft_tune_path tune_path(const struct ncclComm *comm, int kernels) {
 }
 
 /* The algorithms the model may pick for func: NCCL_ALGO's (Ring when it
- * leaves nothing weft has for func); Tree and Direct are AllReduce's. */
+ * leaves nothing weft has for func); Tree is AllReduce's, and so is Direct
+ * but on host ranks. */
 static unsigned algos_allowed(enum weft_func func, int cuda) {
   unsigned mask = tuning.algo_mask[func];
   /* On the CUDA engine Direct adds a second kernel (the rank-ordered
@@ -155,7 +156,14 @@ static unsigned algos_allowed(enum weft_func func, int cuda) {
    * simulated hosts, loopback, 2026-12-02) an 8 B all-reduce took 31.7 us
    * with Direct against 52.5 us with Ring, 32 KiB 42.7 against 67.7. */
   if (cuda == 1 && weft_param_str(WEFT_PARAM_ALGO) == NULL) mask &= ~(1u << WEFT_ALGO_DIRECT);
-  if (func != WEFT_FUNC_ALLREDUCE) mask &= 1u << WEFT_ALGO_RING;
+  /* The host engine runs every collective directly (exec/host_check.c);
+   * the CUDA engine's Direct over the links is AllReduce's. */
+  unsigned have = 1u << WEFT_ALGO_RING;
+  if (func == WEFT_FUNC_ALLREDUCE)
+    have = WEFT_ALGOS;
+  else if (cuda == 0)
+    have |= 1u << WEFT_ALGO_DIRECT;
+  mask &= have;
   return mask != 0 ? mask : 1u << WEFT_ALGO_RING;
 }
 
@@ -242,6 +250,26 @@ static void pick(enum weft_tune_path path, enum weft_func func, int n, double by
       out->row = r;
       out->us = us;
     }
+}
+
+/* Host ranks: a plan's run is preceded by the call check, one exchange of
+ * records (a Direct of no bytes: the Direct row's latency), which a Direct
+ * run folds into its data. The AllReduce rows were fitted on whole calls,
+ * check included; the other collectives, read off them, add it to the
+ * plan they would run. */
+static void pick_host(enum weft_tune_path path, enum weft_func func, int n, double bytes,
+                      unsigned algos, unsigned protos, struct choice *out) {
+  const unsigned direct = 1u << WEFT_ALGO_DIRECT;
+  pick(path, func, n, bytes, algos, protos, out);
+  if (func == WEFT_FUNC_ALLREDUCE || n < 2 || out->algo == WEFT_ALGO_DIRECT || !(algos & direct) ||
+      weft_param_int(WEFT_PARAM_CHECK_MISMATCH) == 0)
+    return;
+  struct choice d;
+  pick(path, func, n, bytes, direct, protos, &d);
+  if (d.row == NULL || (!d.row->measured && bytes > DIRECT_MAX_BYTES) ||
+      (out->row != NULL && out->row->measured && !d.row->measured))
+    return;
+  if (out->row == NULL || d.us < out->us + d.row->alpha_us) *out = d;
 }
 
 int weft_tune_max_channels(int cuda_engine) {
@@ -394,7 +422,10 @@ ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum wef
   unsigned protos = protos_allowed(comm, kernels, func);
   struct choice c;
   int own = own_buffers(comm, kernels, func, path, (double)bytes, mapped, algos, protos, &c);
-  if (!own) pick(path, func, n, (double)bytes, algos, protos, &c);
+  if (!own && !kernels)
+    pick_host(path, func, n, (double)bytes, algos, protos, &c);
+  else if (!own)
+    pick(path, func, n, (double)bytes, algos, protos, &c);
   out->algo = c.algo;
   out->proto = c.proto;
   out->path = path;

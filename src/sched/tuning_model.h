@@ -42,13 +42,18 @@ static inline void weft_tune_coef(enum weft_func func, enum weft_algo algo, int 
   *coef_alpha = 1.0;
   *coef_bytes = 1.0;
   if (n <= 1) return; /* a local copy */
+  /* Direct: one exchange, in which the busiest rank sends or receives
+   * n-1 blocks (AllReduce's inputs, AllGather's, ReduceScatter's shares, a
+   * Broadcast root's copies, a Reduce root's arrivals). */
+  if (algo == WEFT_ALGO_DIRECT && func != WEFT_FUNC_SEND && func != WEFT_FUNC_RECV) {
+    *coef_bytes = steps;
+    return;
+  }
   switch (func) {
     case WEFT_FUNC_ALLREDUCE:
       if (algo == WEFT_ALGO_TREE) {
         *coef_alpha = 2.0 * ceil(log2(n));
         *coef_bytes = 2.0;
-      } else if (algo == WEFT_ALGO_DIRECT) {
-        *coef_bytes = steps;
       } else {
         *coef_alpha = 2.0 * steps;
         *coef_bytes = 2.0 * steps / n;
