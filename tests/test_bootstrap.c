@@ -479,7 +479,9 @@ START_TEST(test_id_twice) {
 }
 END_TEST
 
-/* Rank 0 waits for a message rank 1 never sends; rank 1 stays up. */
+/* Rank 0 waits for a message rank 1 never sends; rank 1 stays up. The
+ * failure is told apart as a timeout (weft_bootstrap_timed_out) until the
+ * next call, which fails otherwise. */
 static int rank_recv_timeout(const ncclUniqueId *id, int rank, int n) {
   struct weft_bootstrap *b = NULL;
   EXPECT(weft_bootstrap_create(id, 1, rank, n, &b) == ncclSuccess);
@@ -491,6 +493,9 @@ static int rank_recv_timeout(const ncclUniqueId *id, int rank, int n) {
     EXPECT(weft_bootstrap_recv(b, 1, 7, &v, sizeof(v)) == ncclSystemError);
     EXPECT(weft_time_ms() - start < 2900);
     EXPECT(strstr(weft_last_error(), "rank 1 (tag 7)") != NULL);
+    EXPECT(weft_bootstrap_timed_out());
+    EXPECT(weft_bootstrap_recv(b, 0, 7, &v, sizeof(v)) == ncclInvalidUsage); /* from itself */
+    EXPECT(!weft_bootstrap_timed_out());
   }
   weft_bootstrap_destroy(b);
   return 0;
@@ -513,6 +518,7 @@ static int rank_peer_gone(const ncclUniqueId *id, int rank, int n) {
     EXPECT(weft_bootstrap_recv(b, 1, 1, &v, sizeof(v)) == ncclSuccess && v == 5);
     EXPECT(weft_bootstrap_recv(b, 1, 2, &v, sizeof(v)) == ncclRemoteError);
     EXPECT(strstr(weft_last_error(), "connection closed by rank 1") != NULL);
+    EXPECT(!weft_bootstrap_timed_out());
   }
   weft_bootstrap_destroy(b);
   return 0;

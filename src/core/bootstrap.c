@@ -67,9 +67,18 @@ ncclResult_t weft_random_u64(uint64_t *out) {
 
 /* ---- Waits ---------------------------------------------------------------- */
 
+/* Whether this thread's last send, recv or all-gather ended at its
+ * deadline (weft_bootstrap_timed_out). */
+static _Thread_local int bs_timed_out;
+
+int weft_bootstrap_timed_out(void) {
+  return bs_timed_out;
+}
+
 static ncclResult_t timed_out(const struct weft_bootstrap *b, const char *waiting_for) {
   WARN("bootstrap rank %d: timed out after %d s waiting for %s", b->rank, b->timeout_s,
        waiting_for);
+  bs_timed_out = 1;
   return ncclSystemError;
 }
 
@@ -460,6 +469,7 @@ static ncclResult_t bs_allgather(struct weft_bootstrap *b, void *all, size_t siz
 }
 
 ncclResult_t weft_bootstrap_allgather(struct weft_bootstrap *b, void *all, size_t size) {
+  bs_timed_out = 0;
   pthread_mutex_lock(&b->lock);
   ncclResult_t res = bs_allgather(b, all, size);
   pthread_mutex_unlock(&b->lock);
@@ -557,6 +567,7 @@ static ncclResult_t bs_send(struct weft_bootstrap *b, int peer, int tag, const v
 
 ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, const void *data,
                                  size_t size) {
+  bs_timed_out = 0;
   pthread_mutex_lock(&b->lock);
   ncclResult_t res = bs_send(b, peer, tag, data, size);
   pthread_mutex_unlock(&b->lock);
@@ -620,6 +631,7 @@ static ncclResult_t bs_recv(struct weft_bootstrap *b, int peer, int tag, void *d
 
 ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
                                  size_t size) {
+  bs_timed_out = 0;
   pthread_mutex_lock(&b->lock);
   ncclResult_t res = bs_recv(b, peer, tag, data, size);
   pthread_mutex_unlock(&b->lock);

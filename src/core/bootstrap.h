@@ -53,6 +53,11 @@ ncclResult_t weft_bootstrap_send(struct weft_bootstrap *b, int peer, int tag, co
                                  size_t size);
 ncclResult_t weft_bootstrap_recv(struct weft_bootstrap *b, int peer, int tag, void *data,
                                  size_t size);
+/* Whether this thread's last weft_bootstrap_send, _recv or _allgather
+ * (barrier too) failed because its WEFT_TIMEOUT deadline passed (it
+ * returned ncclSystemError after a WARN saying what it waited for), not for
+ * another reason. */
+int weft_bootstrap_timed_out(void);
 
 /* Makes every wait of b return ncclInternalError at once (abort). */
 void weft_bootstrap_abort(struct weft_bootstrap *b);

@@ -181,7 +181,7 @@ static ncclResult_t conn_connect_send(struct ncclComm *comm, struct conn_link *l
   /* A timeout (a peer that died or aborted leaves its own note first): the
    * peer is alive but did not connect, so it is running other calls; the
    * failure record names it as a stall does (core/failure.h). */
-  if (res == ncclSystemError)
+  if (res == ncclSystemError && weft_bootstrap_timed_out())
     weft_failure_note(c->peer, WEFT_FAIL_STALLED,
                       "no link set up to rank %d (channel %d) in %lld s: another call there, "
                       "send/recv against a collective?",

@@ -155,7 +155,7 @@ static ncclResult_t shrink_follow(struct ncclComm *parent, const struct shrink_p
   WEFT_CHECK(weft_bootstrap_send(parent->bootstrap, leader, SHRINK_TAG_ASK, &ask, sizeof(ask)));
   ncclResult_t res =
       weft_bootstrap_recv(parent->bootstrap, leader, SHRINK_TAG_ID, &ans, sizeof(ans));
-  if (res == ncclSystemError) { /* a timeout: the bootstrap WARNed the wait */
+  if (res == ncclSystemError && weft_bootstrap_timed_out()) { /* the bootstrap WARNed the wait */
     WARN(
         "ncclCommShrink: rank %d: rank %d (the lowest rank this shrink keeps) did not answer "
         "within WEFT_TIMEOUT: did it call ncclCommShrink, with the same excludeRanksList (its "

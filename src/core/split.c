@@ -55,13 +55,14 @@ ncclResult_t weft_comm_split(struct ncclComm *parent, int color, int key,
   }
   all[parent->rank] = (struct split_entry){color, key, parent->rank};
   res = weft_bootstrap_allgather(parent->bootstrap, all, sizeof(*all));
-  if (res == ncclSystemError) /* a timeout: the bootstrap WARNed the wait */
+  const int timed_out = res == ncclSystemError && weft_bootstrap_timed_out();
+  if (timed_out) /* the bootstrap WARNed the wait */
     WARN(
         "ncclCommSplit: rank %d: not every rank of the communicator joined the split within "
         "WEFT_TIMEOUT: every rank must call ncclCommSplit, those that want no new communicator "
         "with NCCL_SPLIT_NOCOLOR",
         parent->rank);
-  if (res == ncclSystemError) res = ncclRemoteError; /* another rank's doing, as a stall */
+  if (timed_out) res = ncclRemoteError; /* another rank's doing, as a stall */
   if (res != ncclSuccess) goto out;
   *out = NULL;
   if (color == NCCL_SPLIT_NOCOLOR) goto out;
