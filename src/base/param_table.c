@@ -260,8 +260,10 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                          .keys = KEYS_FUNC,
                          .def_doc = "(the tuning model picks)",
                          .help = "algorithms: Ring,Tree, ^Tree, or per collective "
-                                 "allreduce:tree;broadcast:ring; Tree and Direct are AllReduce "
-                                 "only; NCCL's CollNet*, NVLS*, PAT are accepted and ignored"},
+                                 "allreduce:tree;broadcast:ring; Tree is AllReduce only, and "
+                                 "Direct too on GPU ranks (host ranks have it for AllReduce, "
+                                 "AllGather, ReduceScatter, Broadcast and Reduce); NCCL's "
+                                 "CollNet*, NVLS*, PAT are accepted and ignored"},
     [WEFT_PARAM_PROTO] = {.env = "NCCL_PROTO",
                           .kind = WEFT_PARAM_KIND_LIST,
                           .names = "Simple,LL,LL128",

@@ -335,11 +335,11 @@ ncclResult_t weft_failure_raise(struct ncclComm *comm, enum weft_fail_how how, n
  * itself after a gap (FAIL_POLL_GAP_MS since it last did), which is what a
  * process stopped and resumed sees: its watcher may not have run yet, and
  * the notices that its peers sent while it was stopped must fail the call
- * it finishes now. Back-to-back calls cost a clock read. */
+ * it finishes now. Back-to-back calls cost a coarse clock read. */
 ncclResult_t weft_failure_poll(struct ncclComm *comm) {
   struct weft_failure_state *st = comm->failure;
   if (st == NULL) return ncclSuccess;
-  int64_t now = weft_time_ms();
+  int64_t now = weft_time_ms_coarse();
   if (!atomic_load(&st->hard) && now - atomic_load(&st->polled_ms) >= FAIL_POLL_GAP_MS) {
     fail_drain(st);
     atomic_store(&st->polled_ms, now);
