@@ -42,13 +42,26 @@ static int allreduce_check(ncclComm_t comm, int rank, int nranks, size_t count) 
   return 0;
 }
 
+/* The communicator still in step after a misuse: an all-reduce gives the
+ * right sums; then it is destroyed. */
+static int in_step_destroy(ncclComm_t comm, int rank, int nranks) {
+  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
+  HNCCL(ncclCommDestroy(comm));
+  return 0;
+}
+
+/* fn on n forked ranks; every rank must return 0. */
+static void run_procs(int n, harness_rank_fn fn) {
+  char why[4096];
+  int rc = harness_procs(n, 60, fn, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+}
+
 static int init_allreduce_destroy(int rank, int nranks, ncclUniqueId id, void *arg) {
   (void)arg;
   ncclComm_t comm;
   HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 /* ---- Transport choice ----------------------------------------------------------- */
@@ -193,15 +206,11 @@ static int mismatch_count(int rank, int nranks, ncclUniqueId id, void *arg) {
              strstr(msg, "rank 1 called AllReduce(count 9"),
          "the error does not name the ranks and counts: %s", msg);
   /* Nothing moved; the communicator is still in step. */
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 START_TEST(test_mismatched_count) {
-  char why[4096];
-  int rc = harness_procs(2, 60, mismatch_count, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s", why);
+  run_procs(2, mismatch_count);
 }
 END_TEST
 
@@ -225,15 +234,11 @@ static int mismatch_algo(int rank, int nranks, ncclUniqueId id, void *arg) {
            "the error does not name the ranks and counts: %s", msg);
   }
   free(buf);
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 START_TEST(test_mismatched_algo) {
-  char why[4096];
-  int rc = harness_procs(2, 60, mismatch_algo, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s", why);
+  run_procs(2, mismatch_algo);
 }
 END_TEST
 
@@ -248,15 +253,11 @@ static int mismatch_func(int rank, int nranks, ncclUniqueId id, void *arg) {
   const char *msg = ncclGetLastError(comm);
   HCHECK(strstr(msg, "ranks 0-1 called AllReduce") && strstr(msg, "rank 2 called Broadcast"),
          "the error does not name who called what: %s", msg);
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 START_TEST(test_mismatched_call) {
-  char why[4096];
-  int rc = harness_procs(3, 60, mismatch_func, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s", why);
+  run_procs(3, mismatch_func);
 }
 END_TEST
 
@@ -308,15 +309,11 @@ static int mismatch_direct(int rank, int nranks, ncclUniqueId id, void *arg) {
   }
   free(send);
   free(recv);
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 START_TEST(test_mismatched_direct) {
-  char why[4096];
-  int rc = harness_procs(3, 60, mismatch_direct, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s", why);
+  run_procs(3, mismatch_direct);
 }
 END_TEST
 
@@ -337,15 +334,11 @@ static int mismatch_p2p(int rank, int nranks, ncclUniqueId id, void *arg) {
     const char *msg = ncclGetLastError(comm);
     HCHECK(strstr(msg, "rank 0 sends 400 bytes but rank 1 receives 200"), "%s", msg);
   }
-  if (allreduce_check(comm, rank, nranks, COUNT)) return 1;
-  HNCCL(ncclCommDestroy(comm));
-  return 0;
+  return in_step_destroy(comm, rank, nranks);
 }
 
 START_TEST(test_mismatched_p2p) {
-  char why[4096];
-  int rc = harness_procs(2, 60, mismatch_p2p, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s", why);
+  run_procs(2, mismatch_p2p);
 }
 END_TEST
 
