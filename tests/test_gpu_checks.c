@@ -214,6 +214,33 @@ START_TEST(test_host_pointer_refused) {
 }
 END_TEST
 
+/* Host ranks (WEFT_DEVICE=cpu, read by this forked test's first NCCL
+ * call) take host buffers: one of device memory is refused, each time
+ * (a buffer that passed is not asked about again; a refused one never
+ * passed), while host buffers passed again keep working. */
+START_TEST(test_device_pointer_refused_on_host_ranks) {
+  setenv("WEFT_DEVICE", "cpu", 1);
+  ncclComm_t c;
+  CK_NCCL(ncclCommInitAll(&c, 1, NULL));
+  float *h = malloc(2 * COUNT * sizeof(float)), *d = NULL;
+  ck_assert_ptr_nonnull(h);
+  CK_CUDA(cudaMalloc((void **)&d, COUNT * sizeof(float)));
+  for (int round = 0; round < 2; round++) {
+    for (size_t i = 0; i < COUNT; i++) h[i] = (float)i, h[COUNT + i] = -1;
+    CK_NCCL(ncclAllReduce(h, h + COUNT, COUNT, ncclFloat32, ncclSum, c, NULL));
+    ck_assert_msg(h[COUNT + 5] == 5.0f, "round %d: host ranks' AllReduce gave %g", round,
+                  (double)h[COUNT + 5]);
+    refused(ncclAllReduce(d, h + COUNT, COUNT, ncclFloat32, ncclSum, c, NULL), "ncclAllReduce",
+            "sendbuff", d, "is CUDA device memory");
+    refused(ncclAllReduce(h, d, COUNT, ncclFloat32, ncclSum, c, NULL), "ncclAllReduce", "recvbuff",
+            d, "is CUDA device memory");
+  }
+  cudaFree(d);
+  free(h);
+  CK_NCCL(ncclCommDestroy(c));
+}
+END_TEST
+
 START_TEST(test_null_refused) {
   struct pair p;
   pair_open(&p, 0);
@@ -511,6 +538,7 @@ int main(void) {
     tcase_add_test(tc, test_host_pointer_refused);
   }
   tcase_add_test(tc, test_null_refused);
+  tcase_add_test(tc, test_device_pointer_refused_on_host_ranks);
   tcase_add_test(tc, test_null_accepted);
   tcase_add_loop_test(tc, test_memory_kinds_accepted, MK_MANAGED, MK_REGISTERED);
   if (same_address)

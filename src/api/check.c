@@ -51,18 +51,53 @@ static ncclResult_t check_extent(const char *caller, const char *name, const voi
   return ncclSuccess;
 }
 
+#if WEFT_HAVE_CUDA
+/* Pointers that passed a check on this thread, with the GPU they passed
+ * for (-1: a host rank's buffer, found not to be device memory): asking
+ * CUDA (cudaPointerGetAttributes) cost 0.1-0.3 us a buffer on the H200
+ * machine, which made a one-rank in-place call 0.2-0.3 us slower than
+ * NCCL's, which asks nothing unless NCCL_CHECK_POINTERS=1
+ * (docs/PERFORMANCE.md, "Eleventh pass"); host ranks paid it on every
+ * call too. A hit skips the question unless NCCL_CHECK_POINTERS=1. */
+#define REACHED_MAX 64
+static _Thread_local struct {
+  const void *p;
+  int dev;
+} reached[REACHED_MAX];
+static _Thread_local unsigned reached_next;
+
+static int reached_before(const void *p, int dev) {
+  for (int i = 0; i < REACHED_MAX; i++)
+    if (reached[i].p == p && reached[i].dev == dev) return 1;
+  return 0;
+}
+
+static void reached_add(const void *p, int dev) {
+  reached[reached_next % REACHED_MAX].p = p;
+  reached[reached_next % REACHED_MAX].dev = dev;
+  reached_next++;
+}
+#endif
+
 ncclResult_t weft_check_buffer(const char *caller, const char *name, const void *p, size_t count,
                                ncclDataType_t datatype, int nblocks) {
   int empty;
   WEFT_CHECK(check_extent(caller, name, p, count, datatype, nblocks, &empty));
   if (empty) return ncclSuccess;
+#if WEFT_HAVE_CUDA
+  int every = weft_param_int(WEFT_PARAM_CHECK_POINTERS) != 0;
+  if (!every && reached_before(p, -1)) return ncclSuccess;
+#endif
   if (weft_device_is_device_ptr(p)) {
     WARN(
-        "%s: %s %p is CUDA device memory; this communicator runs on host buffers (the CUDA "
-        "engine is not in this build yet)",
+        "%s: %s %p is CUDA device memory; this communicator's ranks run on host buffers "
+        "(WEFT_DEVICE=cpu, or no GPU when it was made); expected host memory",
         caller, name, p);
     return ncclInvalidArgument;
   }
+#if WEFT_HAVE_CUDA
+  if (!every) reached_add(p, -1);
+#endif
   return ncclSuccess;
 }
 
@@ -131,31 +166,6 @@ static ncclResult_t check_reach_ask(const struct ncclComm *comm, const char *cal
           caller, comm->rank, name, p, dev);
       return ncclInvalidArgument;
   }
-}
-
-/* Pointers that passed check_reach on this thread, with the GPU they
- * passed for: asking CUDA (cudaPointerGetAttributes) cost 0.1-0.3 us a
- * buffer on the H200 machine, which made a one-rank in-place call
- * 0.2-0.3 us slower than NCCL's, which asks nothing unless
- * NCCL_CHECK_POINTERS=1 (docs/PERFORMANCE.md, "Eleventh pass"). A hit
- * skips the question unless NCCL_CHECK_POINTERS=1. */
-#define REACHED_MAX 64
-static _Thread_local struct {
-  const void *p;
-  int dev;
-} reached[REACHED_MAX];
-static _Thread_local unsigned reached_next;
-
-static int reached_before(const void *p, int dev) {
-  for (int i = 0; i < REACHED_MAX; i++)
-    if (reached[i].p == p && reached[i].dev == dev) return 1;
-  return 0;
-}
-
-static void reached_add(const void *p, int dev) {
-  reached[reached_next % REACHED_MAX].p = p;
-  reached[reached_next % REACHED_MAX].dev = dev;
-  reached_next++;
 }
 
 /* ncclInvalidArgument, with a WARN, unless comm's GPU can read and write
