@@ -217,9 +217,11 @@ struct choice {
 
 /* The least of the model over the allowed algorithms and protocols. Where
  * the path has a measured row among them, only measured rows compete: a
- * placeholder's figure says nothing against a fitted one. */
+ * placeholder's figure says nothing against a fitted one. plan_extra_us is
+ * added to every algorithm but Direct when they are compared
+ * (host_plan_extra); the estimate is the model's time alone. */
 static void pick(enum weft_tune_path path, enum weft_func func, int n, double bytes, unsigned algos,
-                 unsigned protos, struct choice *out) {
+                 unsigned protos, double plan_extra_us, struct choice *out) {
   int measured = 0;
   for (int a = 0; a < WEFT_ALGO_COUNT; a++)
     for (int p = 0; p < WEFT_PROTO_COUNT; p++) {
@@ -233,6 +235,7 @@ static void pick(enum weft_tune_path path, enum weft_func func, int n, double by
                : (protos & (1u << PROTO_LL))   ? WEFT_PROTO_LL
                                                : WEFT_PROTO_LL128;
   out->us = 0;
+  double best = 0; /* the least time compared, plan_extra_us included */
   for (int a = 0; a < WEFT_ALGO_COUNT; a++)
     for (int p = 0; p < WEFT_PROTO_COUNT; p++) {
       if (!(algos & (1u << a)) || !(protos & (1u << p))) continue;
@@ -244,7 +247,9 @@ static void pick(enum weft_tune_path path, enum weft_func func, int n, double by
           (algos & ~(1u << WEFT_ALGO_DIRECT)) != 0)
         continue;
       double us = weft_tune_model_us(r, func, (enum weft_algo)a, n, bytes);
-      if (out->row != NULL && us >= out->us) continue;
+      double cmp = us + (a != WEFT_ALGO_DIRECT ? plan_extra_us : 0);
+      if (out->row != NULL && cmp >= best) continue;
+      best = cmp;
       out->algo = (enum weft_algo)a;
       out->proto = (enum weft_proto)p;
       out->row = r;
@@ -256,20 +261,15 @@ static void pick(enum weft_tune_path path, enum weft_func func, int n, double by
  * records (a Direct of no bytes: the Direct row's latency), which a Direct
  * run folds into its data. The AllReduce rows were fitted on whole calls,
  * check included; the other collectives, read off them, add it to the
- * plan they would run. */
-static void pick_host(enum weft_tune_path path, enum weft_func func, int n, double bytes,
-                      unsigned algos, unsigned protos, struct choice *out) {
-  const unsigned direct = 1u << WEFT_ALGO_DIRECT;
-  pick(path, func, n, bytes, algos, protos, out);
-  if (func == WEFT_FUNC_ALLREDUCE || n < 2 || out->algo == WEFT_ALGO_DIRECT || !(algos & direct) ||
+ * plans they would run when they are compared with Direct. */
+static double host_plan_extra(enum weft_tune_path path, enum weft_func func, int n,
+                              unsigned algos) {
+  if (func == WEFT_FUNC_ALLREDUCE || n < 2 || !(algos & (1u << WEFT_ALGO_DIRECT)) ||
       weft_param_int(WEFT_PARAM_CHECK_MISMATCH) == 0)
-    return;
-  struct choice d;
-  pick(path, func, n, bytes, direct, protos, &d);
-  if (d.row == NULL || (!d.row->measured && bytes > DIRECT_MAX_BYTES) ||
-      (out->row != NULL && out->row->measured && !d.row->measured))
-    return;
-  if (out->row == NULL || d.us < out->us + d.row->alpha_us) *out = d;
+    return 0;
+  const struct weft_tune_fit *r =
+      weft_tune_fit_find(path, func, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, n);
+  return r != NULL ? r->alpha_us : 0;
 }
 
 int weft_tune_max_channels(int cuda_engine) {
@@ -399,7 +399,7 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
   }
   if (plans == 0) return 1;
   struct choice plan;
-  pick(path, func, n, bytes, plans, protos, &plan);
+  pick(path, func, n, bytes, plans, protos, 0, &plan);
   return plan.row == NULL || !plan.row->measured || out->us <= plan.us;
 }
 
@@ -422,10 +422,9 @@ ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum wef
   unsigned protos = protos_allowed(comm, kernels, func);
   struct choice c;
   int own = own_buffers(comm, kernels, func, path, (double)bytes, mapped, algos, protos, &c);
-  if (!own && !kernels)
-    pick_host(path, func, n, (double)bytes, algos, protos, &c);
-  else if (!own)
-    pick(path, func, n, (double)bytes, algos, protos, &c);
+  if (!own)
+    pick(path, func, n, (double)bytes, algos, protos,
+         kernels ? 0 : host_plan_extra(path, func, n, algos), &c);
   out->algo = c.algo;
   out->proto = c.proto;
   out->path = path;
