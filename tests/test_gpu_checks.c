@@ -214,12 +214,13 @@ START_TEST(test_host_pointer_refused) {
 }
 END_TEST
 
-/* Host ranks (WEFT_DEVICE=cpu, read by this forked test's first NCCL
- * call) take host buffers: one of device memory is refused, each time
- * (a buffer that passed is not asked about again; a refused one never
- * passed), while host buffers passed again keep working. */
-START_TEST(test_device_pointer_refused_on_host_ranks) {
-  setenv("WEFT_DEVICE", "cpu", 1);
+/* Host ranks (WEFT_DEVICE=cpu) take host buffers: one of device memory
+ * is refused, each time (a buffer that passed is not asked about again; a
+ * refused one never passed), while host buffers passed again keep working.
+ * weft reads WEFT_DEVICE once per process and this suite runs without
+ * forking, so the body runs in a fresh process of this binary
+ * (--host-ranks), started by the test below with WEFT_DEVICE=cpu. */
+START_TEST(host_ranks_body) {
   ncclComm_t c;
   CK_NCCL(ncclCommInitAll(&c, 1, NULL));
   float *h = malloc(2 * COUNT * sizeof(float)), *d = NULL;
@@ -238,6 +239,15 @@ START_TEST(test_device_pointer_refused_on_host_ranks) {
   cudaFree(d);
   free(h);
   CK_NCCL(ncclCommDestroy(c));
+}
+END_TEST
+
+START_TEST(test_device_pointer_refused_on_host_ranks) {
+  char *const argv[] = {"test_gpu_checks", "--host-ranks", NULL};
+  const char *const env[] = {"WEFT_DEVICE=cpu", NULL};
+  char why[2048];
+  ck_assert_msg(gpu_worker(argv, env, 120, why, sizeof why) == 0,
+                "host ranks with a device buffer (WEFT_DEVICE=cpu, in a fresh process): %s", why);
 }
 END_TEST
 
@@ -516,8 +526,15 @@ START_TEST(test_default_streams_accepted) {
 }
 END_TEST
 
-int main(void) {
+int main(int argc, char **argv) {
   ndev = gpu_require_device("gpu_checks");
+  if (argc > 1 && strcmp(argv[1], "--host-ranks") == 0) {
+    Suite *hs = suite_create("gpu_checks_host_ranks");
+    TCase *htc = tcase_create("host_ranks");
+    tcase_add_test(htc, host_ranks_body);
+    suite_add_tcase(hs, htc);
+    return suite_run_nofork(hs);
+  }
   setenv("WEFT_CUDA_ENGINE", "1", 1); /* before the first NCCL call reads it */
   unsetenv("WEFT_DEVICE");
   int pageable = 0, same_address = 0;
