@@ -154,8 +154,8 @@ static int fetch(struct rk *k, const struct cs *c, const char *dev, size_t count
   HCUDA(cudaStreamSynchronize(k->s));
   ncclResult_t err = ncclInProgress;
   HNCCL(ncclCommGetAsyncError(k->comm, &err));
-  HCHECK(err == ncclSuccess, "async error %d after %s %s count %zu%s", (int)err, t_call, c->d->name,
-         c->count, c->inplace ? " in place" : "");
+  HCHECK(err == ncclSuccess, "async error %d after %s %s count %zu%s: %s", (int)err, t_call,
+         c->d->name, c->count, c->inplace ? " in place" : "", ncclGetLastError(k->comm));
   HCUDA(cudaMemcpyAsync(k->h, dev, count * c->d->size, cudaMemcpyDeviceToHost, k->s));
   HCUDA(cudaStreamSynchronize(k->s));
   return 0;
@@ -543,6 +543,10 @@ static int host_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
   HNCCL(ncclAllReduce(hb, k.out, c.count, ncclFloat32, ncclSum, k.comm, k.s));
   HNCCL(ncclAllReduce(k.out, hb, c.count, ncclFloat32, ncclSum, k.comm, k.s));
   HCUDA(cudaStreamSynchronize(k.s));
+  ncclResult_t err = ncclInProgress;
+  HNCCL(ncclCommGetAsyncError(k.comm, &err));
+  HCHECK(err == ncclSuccess, "async error %d after the host-memory AllReduces: %s", (int)err,
+         ncclGetLastError(k.comm));
   memcpy(k.h, hb, c.count * es);
   for (size_t i = 0; i < c.count; i++)
     EXPECT(&k, &c, "host-memory AllReduce x2", i, n * fold(&c, k.n, i));
