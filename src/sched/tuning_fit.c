@@ -105,6 +105,12 @@ static const struct weft_tune_fit fits[] = {
      "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 3.114 us + B / 4.368 GB/s, 13 sizes, rms 22.7% */
     {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 4, 1.52613, 6153.24, 1,
      "the H200 machine (16 cores) 2026-12-04: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 4 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 1.526 us + B / 2.051 GB/s, 13 sizes, rms 16.0% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 8, 0.750733, 4485.59, 1,
+     "the H100 machine (16 cores) 2026-12-05: NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 8 -b 8 -e 16M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 10.51 us + B / 2.563 GB/s, 11 sizes, rms 17.9% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 8, 1.32755, 3091.29, 1,
+     "the H100 machine (16 cores) 2026-12-05: NCCL_ALGO=Tree NCCL_PROTO=Simple weft-bench allreduce --cpu -np 8 -b 8 -e 16M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 7.965 us + B / 1.546 GB/s, 11 sizes, rms 22.4% */
+    {WEFT_TUNE_SHM, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_DIRECT, WEFT_PROTO_SIMPLE, 8, 4.96604, 3208.7, 1,
+     "the H100 machine (16 cores) 2026-12-05: NCCL_ALGO=Direct NCCL_PROTO=Simple weft-bench allreduce --cpu -np 8 -b 8 -e 16M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 4.966 us + B / 0.4584 GB/s, 11 sizes, rms 10.5% */
     {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING, WEFT_PROTO_SIMPLE, 2, 7.09711, 19885.6, 1,
      "the H200 machine (16 cores) 2026-12-04: NCCL_SHM_DISABLE=1 NCCL_ALGO=Ring NCCL_PROTO=Simple weft-bench allreduce --cpu -np 2 -b 8 -e 256M -f 4 -n 10 -w 2 -c 0 -T 60 --passes 3"}, /* 14.19 us + B / 19.89 GB/s, 13 sizes, rms 29.9% */
     {WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_TREE, WEFT_PROTO_SIMPLE, 2, 7.67226, 27966.5, 1,
