@@ -408,16 +408,85 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
   return weft_tune_mapped(comm, kernels, func, bytes, elem_size, 0, out);
 }
 
+/* The thread's last answers: a communicator's calls ask the same few
+ * questions call after call, and the model's pass over the rows was an
+ * eighth of a 2-rank host AllReduce of 8 B (perf, the 2-core VM). The key
+ * holds every input of the answer: the call's, the communicator's fields
+ * the choice reads, its path type (which reads the peers' hosts), and the
+ * table in use; the parameters are read once per process. */
+struct tune_key {
+  const struct ncclComm *comm;
+  uint64_t comm_hash;
+  size_t bytes, elem_size, direct_ll_bytes;
+  unsigned gen;
+  int rank, nranks, kernels, func, mapped, path;
+  int net_links, net_direct, direct, gpu_path, gpu_shared, host_channels, max_lanes;
+};
+struct tune_memo {
+  struct tune_key key;
+  struct weft_tuning out;
+  double us;
+  int own, valid;
+};
+#define TUNE_MEMO_SLOTS 8
+static _Thread_local struct tune_memo tune_memo[TUNE_MEMO_SLOTS];
+
+static void tune_key_of(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
+                        size_t elem_size, int mapped, enum weft_tune_path path,
+                        struct tune_key *k) {
+  memset(k, 0, sizeof(*k)); /* padding too: keys are compared whole */
+  k->comm = comm;
+  k->comm_hash = comm->comm_hash;
+  k->bytes = bytes;
+  k->elem_size = elem_size;
+  k->direct_ll_bytes = comm->cuda_direct_ll_bytes;
+  k->gen = weft_tune_fits_gen();
+  k->rank = comm->rank;
+  k->nranks = comm->nranks;
+  k->kernels = kernels;
+  k->func = (int)func;
+  k->mapped = mapped;
+  k->path = (int)path;
+  k->net_links = comm->cuda_net_links;
+  k->net_direct = comm->cuda_net_direct;
+  k->direct = comm->cuda_direct;
+  k->gpu_path = comm->gpu_path;
+  k->gpu_shared = comm->gpu_shared;
+  k->host_channels = comm->host_channels;
+  k->max_lanes = comm->cuda_max_lanes;
+}
+
+static void tune_log(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
+                     const struct weft_tuning *out, double us, int own) {
+  int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
+  INFO(WEFT_TUNING,
+       "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s%s)",
+       weft_func_name(func), bytes, comm->nranks, weft_tune_path_name(out->path),
+       algo_names[out->algo], weft_proto_name(out->proto),
+       simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
+       out->nchannels == 1 ? "" : "s", out->chunk_bytes, us, out->fitted ? "fitted" : "placeholder",
+       own ? ", the ranks' own buffers" : "");
+}
+
 ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum weft_func func,
                               size_t bytes, size_t elem_size, int mapped, struct weft_tuning *out) {
   pthread_once(&tuning_once, tuning_load);
+  enum weft_tune_path path = tune_path(comm, kernels);
+  struct tune_key key;
+  tune_key_of(comm, kernels, func, bytes, elem_size, mapped, path, &key);
+  struct tune_memo *m =
+      &tune_memo[((size_t)func * 7 + bytes / (elem_size ? elem_size : 1)) % TUNE_MEMO_SLOTS];
+  if (m->valid && memcmp(&m->key, &key, sizeof(key)) == 0) {
+    *out = m->out;
+    tune_log(comm, kernels, func, bytes, out, m->us, m->own);
+    return ncclSuccess;
+  }
   int n = comm->nranks;
   int p2p = func == WEFT_FUNC_SEND || func == WEFT_FUNC_RECV;
   size_t total = bytes;
   if ((func == WEFT_FUNC_ALLGATHER || func == WEFT_FUNC_REDUCESCATTER) &&
       bytes <= SIZE_MAX / (size_t)n)
     total = bytes * (size_t)n;
-  enum weft_tune_path path = tune_path(comm, kernels);
   unsigned algos = algos_allowed(func, kernels ? 1 + (comm->cuda_net_direct != 0) : 0);
   unsigned protos = protos_allowed(comm, kernels, func);
   struct choice c;
@@ -432,13 +501,11 @@ ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum wef
   out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
   out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
   out->estimated_us = (float)c.us;
-  int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
-  INFO(WEFT_TUNING,
-       "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s%s)",
-       weft_func_name(func), bytes, n, weft_tune_path_name(path), algo_names[out->algo],
-       weft_proto_name(out->proto),
-       simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
-       out->nchannels == 1 ? "" : "s", out->chunk_bytes, c.us,
-       out->fitted ? "fitted" : "placeholder", own ? ", the ranks' own buffers" : "");
+  memcpy(&m->key, &key, sizeof(key)); /* bytes, padding included */
+  m->out = *out;
+  m->us = c.us;
+  m->own = own;
+  m->valid = 1;
+  tune_log(comm, kernels, func, bytes, out, c.us, own);
   return ncclSuccess;
 }

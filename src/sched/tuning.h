@@ -31,6 +31,8 @@ const struct weft_tune_fit *weft_tune_fit_find(enum weft_tune_path path, enum we
 /* Tests: tune from these n rows instead of the compiled table (NULL: the
  * compiled one again). Not for use while other threads tune. */
 void weft_tune_fits_use(const struct weft_tune_fit *rows, int n);
+/* Which table is in use: changes with every weft_tune_fits_use. */
+unsigned weft_tune_fits_gen(void);
 
 /* Whether comm's links keep a 128-byte line whole, so that LL128 may run
  * (every pair of ranks on two GPUs joined by NVLink): the inboxes have

@@ -195,6 +195,10 @@ static int nrows = (int)(sizeof(fits) / sizeof(fits[0]));
  * even one at the same address. */
 static unsigned table_gen = 1;
 
+unsigned weft_tune_fits_gen(void) {
+  return table_gen;
+}
+
 void weft_tune_fits_use(const struct weft_tune_fit *table, int n) {
   table_gen++;
   rows = table != NULL ? table : fits;
