@@ -425,6 +425,40 @@ START_TEST(host_channels_sockets) {
 }
 END_TEST
 
+/* The thread's memo of answers (sched/tuning.c) gives the same answer
+ * to the same question, and a new one once an input of the choice
+ * changes: the communicator's channels, its peers' hosts (the path type),
+ * the table in use. */
+START_TEST(memo_follows_inputs) {
+  setenv("NCCL_ALGO", "Ring", 1);
+  struct ncclComm c = fake_comm(4, 1);
+  c.host_channels = 8;
+  struct weft_tuning t;
+  for (int round = 0; round < 2; round++) {
+    ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+    ck_assert_int_eq(t.nchannels, 8);
+    ck_assert_int_eq(t.path, WEFT_TUNE_SHM);
+  }
+  c.host_channels = 4;
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  ck_assert_int_eq(t.nchannels, 4);
+  peers[1].host_hash = 1; /* another host: sockets */
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  peers[1].host_hash = 0;
+  ck_assert_int_eq(t.path, WEFT_TUNE_SOCKET);
+  float before = t.estimated_us;
+  const struct weft_tune_fit slow[] = {{WEFT_TUNE_SOCKET, WEFT_FUNC_ALLREDUCE, WEFT_ALGO_RING,
+                                        WEFT_PROTO_SIMPLE, 4, 1000.0, 1.0, 1, "test"}};
+  weft_tune_fits_use(slow, 1);
+  peers[1].host_hash = 1;
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_ALLREDUCE, 64u << 20, 4, &t), ncclSuccess);
+  peers[1].host_hash = 0;
+  weft_tune_fits_use(NULL, 0);
+  ck_assert_msg(t.estimated_us > before * 10, "estimate %g with the slow table, %g before",
+                (double)t.estimated_us, (double)before);
+}
+END_TEST
+
 /* NCCL_MAX_NCHANNELS=3 caps a communicator whose default is 4. */
 START_TEST(host_channels_env) {
   setenv("NCCL_ALGO", "Ring", 1);
@@ -877,6 +911,7 @@ int main(void) {
   tcase_add_test(tc, fitted_nearest);
   tcase_add_test(tc, path_types);
   tcase_add_test(tc, tuning_line);
+  tcase_add_test(tc, memo_follows_inputs);
 #if WEFT_HAVE_LIBXML
   tcase_add_test(tc, gpu_path_topo);
 #endif
