@@ -411,15 +411,14 @@ ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func 
 /* The thread's last answers: a communicator's calls ask the same few
  * questions call after call, and the model's pass over the rows was an
  * eighth of a 2-rank host AllReduce of 8 B (perf, the 2-core VM). The key
- * holds every input of the answer: the call's, the communicator's fields
- * the choice reads, its path type (which reads the peers' hosts), and the
- * table in use; the parameters are read once per process. */
+ * holds every input of the answer, so communicators of one shape share
+ * answers: the call's, the communicator's fields the choice reads, its
+ * path type (the only input that reads the rank and the peers' hosts), and
+ * the table in use; the parameters are read once per process. */
 struct tune_key {
-  const struct ncclComm *comm;
-  uint64_t comm_hash;
   size_t bytes, elem_size, direct_ll_bytes;
   unsigned gen;
-  int rank, nranks, kernels, func, mapped, path;
+  int nranks, kernels, func, mapped, path;
   int net_links, net_direct, direct, gpu_path, gpu_shared, host_channels, max_lanes;
 };
 struct tune_memo {
@@ -435,13 +434,10 @@ static void tune_key_of(const struct ncclComm *comm, int kernels, enum weft_func
                         size_t elem_size, int mapped, enum weft_tune_path path,
                         struct tune_key *k) {
   memset(k, 0, sizeof(*k)); /* padding too: keys are compared whole */
-  k->comm = comm;
-  k->comm_hash = comm->comm_hash;
   k->bytes = bytes;
   k->elem_size = elem_size;
   k->direct_ll_bytes = comm->cuda_direct_ll_bytes;
   k->gen = weft_tune_fits_gen();
-  k->rank = comm->rank;
   k->nranks = comm->nranks;
   k->kernels = kernels;
   k->func = (int)func;
