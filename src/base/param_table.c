@@ -170,6 +170,13 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         INT_ROW("WEFT_HOST_LANE_MIN_BYTES", 4194304, 0, 1099511627776LL, "4194304",
                 "a host collective runs on the lane threads (WEFT_HOST_LANE_THREADS) when its "
                 "plan moves at least this many bytes (sent plus received) on this rank"),
+    [WEFT_PARAM_HOST_WINDOW] =
+        INT_ROW("WEFT_HOST_WINDOW", 2, 1, 4, "2",
+                "host collectives in flight at once on a rank: a queued collective's channel "
+                "starts as soon as the calls before it are done with that channel, instead "
+                "of when they have ended on every channel (collectives on 2 channels or more, "
+                "connected, not reading or writing what an earlier one in flight writes); "
+                "1: one call at a time"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",

@@ -81,31 +81,62 @@ static int host_reached(struct weft_host_engine *h, uint64_t target) {
   return atomic_load_explicit(&h->finished, memory_order_acquire) >= target;
 }
 
-/* Under lock, with `running` set by the caller: runs what is queued. */
+void weft__host_retire(struct weft_host_engine *h, ncclResult_t res, ncclResult_t poisoned,
+                       ncclResult_t usage) {
+  /* A failure is told to every rank; one they told us fails even a task
+   * that finished here (the others have failed it: core/failure.h). */
+  if (res != ncclSuccess && poisoned == ncclSuccess)
+    res = weft_failure_report(h->comm, res);
+  else if (res == ncclSuccess)
+    res = weft_failure_poll(h->comm);
+  pthread_mutex_lock(&h->lock);
+  if (res != ncclSuccess && h->error == ncclSuccess) {
+    h->error = res;
+    weft_comm_set_error(h->comm, res);
+  }
+  if (usage != ncclSuccess && h->usage == ncclSuccess) h->usage = usage;
+  atomic_store_explicit(&h->finished, atomic_load(&h->finished) + 1, memory_order_release);
+  if (h->waiters > 0) pthread_cond_broadcast(&h->idle_cv);
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* Under lock: the queue's head, taken. */
+static struct weft_host_task host_pop(struct weft_host_engine *h) {
+  struct weft_host_task task = h->queue[h->head];
+  h->head = (h->head + 1) % h->cap;
+  h->count--;
+  h->taken++;
+  return task;
+}
+
+int weft__host_take_if(struct weft_host_engine *h,
+                       int (*ok)(void *ctx, const struct weft_host_task *task), void *ctx,
+                       struct weft_host_task *out) {
+  if (atomic_load_explicit(&h->queued, memory_order_acquire) == h->taken) return 0;
+  int took = 0;
+  pthread_mutex_lock(&h->lock);
+  if (h->count > 0 && h->error == ncclSuccess) took = ok(ctx, &h->queue[h->head]) ? 1 : -1;
+  if (took > 0) *out = host_pop(h);
+  pthread_mutex_unlock(&h->lock);
+  return took;
+}
+
+/* Under lock, with `running` set by the caller: runs what is queued, a
+ * task at a time or, where tasks may overlap, in a window (host_window.c). */
 static void host_drain(struct weft_host_engine *h) {
   while (h->count > 0) {
-    struct weft_host_task task = h->queue[h->head];
-    h->head = (h->head + 1) % h->cap;
-    h->count--;
+    struct weft_host_task task = host_pop(h);
     ncclResult_t poisoned = h->error;
     pthread_mutex_unlock(&h->lock);
-    ncclResult_t usage = ncclSuccess;
     weft_failure_note_clear();
-    ncclResult_t res = host_task_take(h, &task, poisoned, &usage);
-    /* A failure is told to every rank; one they told us fails even a task
-     * that finished here (the others have failed it: core/failure.h). */
-    if (res != ncclSuccess && poisoned == ncclSuccess)
-      res = weft_failure_report(h->comm, res);
-    else if (res == ncclSuccess)
-      res = weft_failure_poll(h->comm);
-    pthread_mutex_lock(&h->lock);
-    if (res != ncclSuccess && h->error == ncclSuccess) {
-      h->error = res;
-      weft_comm_set_error(h->comm, res);
+    if (poisoned == ncclSuccess && weft__host_window_wants(h, &task)) {
+      weft__host_window_run(h, &task);
+    } else {
+      ncclResult_t usage = ncclSuccess;
+      ncclResult_t res = host_task_take(h, &task, poisoned, &usage);
+      weft__host_retire(h, res, poisoned, usage);
     }
-    if (usage != ncclSuccess && h->usage == ncclSuccess) h->usage = usage;
-    atomic_store_explicit(&h->finished, atomic_load(&h->finished) + 1, memory_order_release);
-    if (h->waiters > 0) pthread_cond_broadcast(&h->idle_cv);
+    pthread_mutex_lock(&h->lock);
   }
 }
 

@@ -159,26 +159,37 @@ static ncclResult_t check_records(struct ncclComm *comm, const struct weft_host_
   return ncclSuccess;
 }
 
-ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
-                                   uint64_t seq, int *agree_out) {
-  struct ncclComm *comm = h->comm;
+ncclResult_t weft__host_check_begin(struct weft_host_engine *h, const struct weft_host_task *task,
+                                    uint64_t seq, struct weft_host_run *r) {
+  static char *const no_bufs[2] = {NULL, NULL};
   struct weft_host_worker *w = &h->w;
   WEFT_CHECK(check_plan(h));
-  w->descs[comm->rank] = desc_of(comm, task, seq, 0);
-  char *bufs[2] = {NULL, NULL};
-  struct weft_host_run r = {.h = h,
-                            .plan = &w->desc_plan,
-                            .bufs = bufs,
-                            .nbufs = 2,
-                            .datatype = ncclUint8,
-                            .op = ncclSum,
-                            .esize = 1,
-                            .records = w->descs,
-                            .what = "call check of collective",
-                            .seq = seq};
+  w->descs[h->comm->rank] = desc_of(h->comm, task, seq, 0);
+  *r = (struct weft_host_run){.h = h,
+                              .plan = &w->desc_plan,
+                              .slot = r->slot,
+                              .bufs = no_bufs,
+                              .nbufs = 2,
+                              .datatype = ncclUint8,
+                              .op = ncclSum,
+                              .esize = 1,
+                              .records = w->descs,
+                              .what = "call check of collective",
+                              .seq = seq};
+  return ncclSuccess;
+}
+
+ncclResult_t weft__host_check_verdict(struct weft_host_engine *h, uint64_t seq, int *agree_out) {
+  return check_records(h->comm, h->w.descs, seq, agree_out);
+}
+
+ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft_host_task *task,
+                                   uint64_t seq, int *agree_out) {
+  struct weft_host_run r = {.slot = NULL};
+  WEFT_CHECK(weft__host_check_begin(h, task, seq, &r));
   WEFT_CHECK(weft__host_plan_connect(&r));
   WEFT_CHECK(weft__host_plan_run(&r));
-  return check_records(comm, w->descs, seq, agree_out);
+  return weft__host_check_verdict(h, seq, agree_out);
 }
 
 /* The caller's input, kept aside when the output overwrites it before the
@@ -219,7 +230,7 @@ static ncclResult_t direct_finish(struct weft_host_worker *w, const struct weft_
   const char *in = r->bufs[WEFT_BUF_IN];
   char *out = r->bufs[WEFT_BUF_OUT];
   for (int i = 0; i < r->plan->nlanes; i++)
-    w->direct_src[r->plan->lanes[i].steps[0].recv_peer] = w->lanes[i].scratch;
+    w->direct_src[r->plan->lanes[i].steps[0].recv_peer] = r->lanes[i].scratch;
   switch (c->func) {
     case WEFT_FUNC_ALLGATHER:
       for (int k = 0; k < n; k++) {

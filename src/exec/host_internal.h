@@ -83,10 +83,24 @@ struct weft_host_lane {
   size_t scratch_cap;
 };
 
+/* The lanes of one plan in flight, and room to list their stalled
+ * transfers (2 per lane). Slot 0 runs one task at a time; a window of
+ * tasks in flight together (host_window.c) takes one slot per task. */
+struct weft_host_slot {
+  struct weft_host_lane *lanes;
+  int cap;
+  struct weft_xfer **pending;
+};
+
+/* Tasks a window may hold (WEFT_HOST_WINDOW's ceiling). */
+#define WEFT_HOST_WINDOW_MAX 4
+
 /* A plan being run, and what it needs to know of its task. */
 struct weft_host_run {
   struct weft_host_engine *h;
   const struct weft_plan *plan;
+  struct weft_host_slot *slot;  /* NULL: slot 0; set by weft__host_run_prepare */
+  struct weft_host_lane *lanes; /* slot->lanes, one per plan lane, once prepared */
   char *const *bufs;
   int nbufs;
   int is_p2p;
@@ -110,10 +124,9 @@ struct weft_host_worker {
   uint64_t coll_seq; /* collectives run, for messages */
   uint64_t p2p_seq;
   uint64_t run_seq;  /* plans run, to tag which lane uses a conn */
-  struct weft_host_lane *lanes;
-  int lanes_cap;
-  struct weft_xfer **pending;
-  int pending_cap;
+  struct weft_host_slot slots[WEFT_HOST_WINDOW_MAX];
+  struct weft_xfer **win_pending; /* a window's stalled transfers (host_window.c) */
+  size_t win_pending_cap;
   struct weft_conn_need *needs;
   int needs_cap;
   void *premul;
@@ -148,6 +161,7 @@ struct weft_host_engine {
   _Atomic uint64_t queued;   /* tasks ever queued */
   _Atomic uint64_t finished; /* tasks ever finished */
   _Atomic int running;       /* a thread (worker or waiter) is running tasks */
+  uint64_t taken;            /* tasks ever taken off the queue (by the runner, under lock) */
 
   int64_t spin_pure; /* polls before a wait yields (weft_spin_pure) */
   struct weft_host_copy_pool copy; /* large local copies (host_copy.h) */
@@ -171,6 +185,50 @@ ncclResult_t weft__host_check_call(struct weft_host_engine *h, const struct weft
  * records, then the arrivals are reduced in rank order into the output. */
 ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft_host_task *task,
                                    struct weft_host_run *r, ncclResult_t *usage_out);
+/* The run of a collective's plan (host_task.c); op is what its
+ * reductions use (a PreMulSum runs as ncclSum). r->slot is kept. */
+void weft__host_coll_run_init(struct weft_host_engine *h, const struct weft_host_task *task,
+                              uint64_t seq, ncclRedOp_t op, struct weft_host_run *r);
+/* The call check in two halves (host_check.c), for a window that runs it
+ * beside other tasks: begin sets up the records' exchange as a run
+ * (r->slot is kept; its links are the check plan's), verdict compares the
+ * records once that run has finished. */
+ncclResult_t weft__host_check_begin(struct weft_host_engine *h, const struct weft_host_task *task,
+                                    uint64_t seq, struct weft_host_run *r);
+ncclResult_t weft__host_check_verdict(struct weft_host_engine *h, uint64_t seq, int *agree_out);
+/* Lanes and running them (host_run.c): prepare takes r's slot (slot 0
+ * when NULL) and resets a lane per plan lane; lane_progress moves one lane
+ * as far as it goes without waiting (*done when it has finished);
+ * copy_cancel makes sure no copy-pool thread still writes for r's lanes;
+ * run_members is how many lane-team threads would run r (1: this one). */
+ncclResult_t weft__host_run_prepare(struct weft_host_run *r);
+ncclResult_t weft__host_lane_progress(struct weft_host_run *r, struct weft_host_lane *l, int *moved,
+                                      int *done);
+void weft__host_run_copy_cancel(struct weft_host_run *r);
+int weft__host_run_members(const struct weft_host_run *r);
+/* "AllReduce #12", for a stall's WARN (ctx: a struct weft_host_run). */
+void weft__host_run_describe(void *ctx, char *buf, size_t size);
+/* The queue (host.c), for a window: take_if takes the queue's head into
+ * *out when ok (called under the engine's lock) accepts it (1), says
+ * when nothing is queued (0) or ok refused the head (-1); retire ends a
+ * taken task as a lone one ends (a failure is told to the peers unless
+ * the engine was poisoned before, the result and misuse recorded, the task
+ * counted finished). */
+int weft__host_take_if(struct weft_host_engine *h,
+                       int (*ok)(void *ctx, const struct weft_host_task *task), void *ctx,
+                       struct weft_host_task *out);
+void weft__host_retire(struct weft_host_engine *h, ncclResult_t res, ncclResult_t poisoned,
+                       ncclResult_t usage);
+/* The window (host_window.c): whether a task just taken should start one,
+ * and running it: the task, and what joins it, to the end. */
+int weft__host_window_wants(const struct weft_host_engine *h, const struct weft_host_task *t);
+/* Whether collective t may run beside the earlier e of a window on
+ * nranks ranks: t writes nothing e reads or writes and reads nothing e
+ * writes, or t is e's call again (same function, buffers, count, type,
+ * op, root and plan). */
+int weft__host_window_clear(int nranks, const struct weft_host_task *t,
+                            const struct weft_host_task *e);
+void weft__host_window_run(struct weft_host_engine *h, struct weft_host_task *first);
 /* Frees the worker's buffers (host_run.c). */
 void weft__host_worker_free(struct weft_host_worker *w);
 

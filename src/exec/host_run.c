@@ -301,9 +301,8 @@ static void lane_step_finish(struct weft_host_run *r, struct weft_host_lane *l) 
     run_postop(r, run_buf(r, l, st->dst_buf, st->dst_off), st->recv_bytes);
 }
 
-/* Runs the lane as far as it goes without waiting; *done when finished. */
-static ncclResult_t lane_progress(struct weft_host_run *r, struct weft_host_lane *l, int *moved,
-                                  int *done) {
+ncclResult_t weft__host_lane_progress(struct weft_host_run *r, struct weft_host_lane *l, int *moved,
+                                      int *done) {
   while (l->step < l->lane->nsteps) {
     if (!l->started) {
       WEFT_CHECK(lane_step_start(r, l));
@@ -326,35 +325,41 @@ static ncclResult_t lane_progress(struct weft_host_run *r, struct weft_host_lane
 
 /* ---- The run --------------------------------------------------------------- */
 
-static void run_describe(void *ctx, char *buf, size_t size) {
+void weft__host_run_describe(void *ctx, char *buf, size_t size) {
   const struct weft_host_run *r = ctx;
   snprintf(buf, size, "%s #%llu", r->what, (unsigned long long)r->seq);
 }
 
-static ncclResult_t run_prepare(struct weft_host_run *r) {
-  struct weft_host_worker *w = &r->h->w;
+ncclResult_t weft__host_run_prepare(struct weft_host_run *r) {
+  struct weft_host_slot *slot = r->slot != NULL ? r->slot : &r->h->w.slots[0];
   int n = r->plan->nlanes;
-  if (n > w->lanes_cap) {
-    struct weft_host_lane *grown = realloc(w->lanes, (size_t)n * sizeof(*grown));
-    struct weft_xfer **pending = realloc(w->pending, 2 * (size_t)n * sizeof(*pending));
+  r->slot = slot;
+  if (n > slot->cap) {
+    struct weft_host_lane *grown = realloc(slot->lanes, (size_t)n * sizeof(*grown));
+    struct weft_xfer **pending = realloc(slot->pending, 2 * (size_t)n * sizeof(*pending));
     if (grown != NULL) {
-      memset(grown + w->lanes_cap, 0, (size_t)(n - w->lanes_cap) * sizeof(*grown));
-      w->lanes = grown;
-      w->lanes_cap = n;
+      memset(grown + slot->cap, 0, (size_t)(n - slot->cap) * sizeof(*grown));
+      slot->lanes = grown;
+      slot->cap = n;
     }
-    if (pending != NULL) w->pending = pending;
+    if (pending != NULL) slot->pending = pending;
     if (grown == NULL || pending == NULL) {
       WARN("rank %d: out of memory for %d lanes", r->h->comm->rank, n);
       return ncclSystemError;
     }
   }
+  r->lanes = slot->lanes;
   for (int i = 0; i < n; i++) {
-    struct weft_host_lane *l = &w->lanes[i];
+    struct weft_host_lane *l = &r->lanes[i];
     l->lane = &r->plan->lanes[i];
     l->step = 0;
     l->started = 0;
     l->skip_buf = -1;
     l->cp_pooled = 0;
+    l->cp_left = 0;
+    l->tx = (struct weft_xfer){0};
+    l->rx = (struct weft_xfer){0};
+    l->rx_mode = WEFT_HOST_RX_NONE;
     WEFT_CHECK(lane_scratch(r, l, l->lane->scratch_bytes));
   }
   return ncclSuccess;
@@ -373,46 +378,43 @@ static int lane_member(const struct weft_host_lane *l, int members) {
  * one is done. 1 when that was the case (the caller counts it as
  * progress). */
 static int run_copy_idle(struct weft_host_run *r, int m, int members) {
-  struct weft_host_worker *w = &r->h->w;
   int pooled = 0;
   for (int i = 0; i < r->plan->nlanes && !pooled; i++)
-    pooled = lane_member(&w->lanes[i], members) == m && w->lanes[i].cp_pooled;
+    pooled = lane_member(&r->lanes[i], members) == m && r->lanes[i].cp_pooled;
   if (!pooled) return 0;
   if (!weft_host_copy_help(&r->h->copy)) weft_host_copy_wait(&r->h->copy);
   return 1;
 }
 
-/* After a failure: no pool thread may still write the user's buffers. */
-static void run_copy_cancel(struct weft_host_run *r) {
-  struct weft_host_worker *w = &r->h->w;
-  for (int i = 0; i < r->plan->nlanes && i < w->lanes_cap; i++) {
-    if (!w->lanes[i].cp_pooled) continue;
-    weft_host_copy_cancel(&r->h->copy, &w->lanes[i].cp_job);
-    w->lanes[i].cp_pooled = 0;
+void weft__host_run_copy_cancel(struct weft_host_run *r) {
+  if (r->lanes == NULL) return;
+  for (int i = 0; i < r->plan->nlanes; i++) {
+    if (!r->lanes[i].cp_pooled) continue;
+    weft_host_copy_cancel(&r->h->copy, &r->lanes[i].cp_job);
+    r->lanes[i].cp_pooled = 0;
   }
 }
 
 /* Runs member m's lanes (of members; every lane when members is 1) to the
- * end. Its stalled transfers are listed from w->pending + 2 x the lanes of
+ * end. Its stalled transfers are listed from the slot's pending + 2 x the lanes of
  * the members before it. With a lane team (stop != NULL), a member
  * returns ncclInProgress as soon as another member failed. */
 static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members,
                               const _Atomic int *stop) {
-  struct weft_host_worker *w = &r->h->w;
   const int n = r->plan->nlanes;
-  struct weft_xfer **pending = w->pending;
-  for (int i = 0; i < n; i++) pending += 2 * (lane_member(&w->lanes[i], members) < m);
+  struct weft_xfer **pending = r->slot->pending;
+  for (int i = 0; i < n; i++) pending += 2 * (lane_member(&r->lanes[i], members) < m);
   struct weft_progress_wait wait;
   weft_progress_wait_init(&wait, 0, r->h->spin_pure);
   for (;;) {
     if (stop != NULL && atomic_load_explicit(stop, memory_order_relaxed)) return ncclInProgress;
     int moved = 0, active = 0;
     for (int i = 0; i < n; i++) {
-      struct weft_host_lane *l = &w->lanes[i];
+      struct weft_host_lane *l = &r->lanes[i];
       int done = 1;
       if (lane_member(l, members) == m && l->step < l->lane->nsteps) {
         done = 0;
-        WEFT_CHECK(lane_progress(r, l, &moved, &done));
+        WEFT_CHECK(weft__host_lane_progress(r, l, &moved, &done));
       }
       active += !done;
     }
@@ -423,13 +425,13 @@ static ncclResult_t run_lanes(struct weft_host_run *r, int m, int members,
     }
     int np = 0;
     for (int i = 0; i < n; i++) {
-      struct weft_host_lane *l = &w->lanes[i];
+      struct weft_host_lane *l = &r->lanes[i];
       if (lane_member(l, members) != m) continue;
       if (weft_xfer_pending(&l->tx)) pending[np++] = &l->tx;
       if (weft_xfer_pending(&l->rx)) pending[np++] = &l->rx;
     }
     WEFT_CHECK(weft_conn_progress_wait(&wait, pending, np, &r->h->comm->abort_flag,
-                                       run_describe, r));
+                                       weft__host_run_describe, r));
   }
 }
 
@@ -489,7 +491,7 @@ static size_t plan_bytes(const struct weft_plan *plan) {
  * lanes and WEFT_HOST_LANE_MIN_BYTES to move. Collectives only (reducing
  * ones only, unless the team was asked for): send/recv and framed runs
  * (call records) share state between lanes. */
-static int run_members(struct weft_host_run *r) {
+int weft__host_run_members(const struct weft_host_run *r) {
   struct weft_host_team *team = &r->h->team;
   if (team->nthreads == 0 || r->plan->nlanes < 2 || r->is_p2p || r->records != NULL) return 1;
   if (!team->all_colls && !r->reduces) return 1;
@@ -513,9 +515,9 @@ static ncclResult_t run_team(struct weft_host_run *r, int members) {
 }
 
 ncclResult_t weft__host_plan_run(struct weft_host_run *r) {
-  WEFT_CHECK(run_prepare(r));
-  int members = run_members(r);
+  WEFT_CHECK(weft__host_run_prepare(r));
+  int members = weft__host_run_members(r);
   ncclResult_t res = members > 1 ? run_team(r, members) : run_lanes(r, 0, 1, NULL);
-  if (res != ncclSuccess) run_copy_cancel(r);
+  if (res != ncclSuccess) weft__host_run_copy_cancel(r);
   return res;
 }

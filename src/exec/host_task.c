@@ -150,6 +150,23 @@ static int coll_reduces(int func) {
   return func == WEFT_FUNC_ALLREDUCE || func == WEFT_FUNC_REDUCE || func == WEFT_FUNC_REDUCESCATTER;
 }
 
+void weft__host_coll_run_init(struct weft_host_engine *h, const struct weft_host_task *task,
+                              uint64_t seq, ncclRedOp_t op, struct weft_host_run *r) {
+  *r = (struct weft_host_run){.h = h,
+                              .plan = &task->plan,
+                              .slot = r->slot,
+                              .bufs = (char *const *)task->bufs,
+                              .nbufs = task->nbufs,
+                              .datatype = task->coll.datatype,
+                              .op = op,
+                              .esize = weft_dtype_size(task->coll.datatype),
+                              .what = weft_func_name(task->coll.func),
+                              .seq = seq,
+                              .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0,
+                              .reduces = coll_reduces(task->coll.func)};
+  if (r->esize == 0) r->esize = 1;
+}
+
 static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_task *task,
                                   uint64_t seq, ncclResult_t *usage_out) {
   struct ncclComm *comm = h->comm;
@@ -167,18 +184,8 @@ static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_t
     WEFT_CHECK(task_premul(h, task));
     op = ncclSum;
   }
-  struct weft_host_run r = {.h = h,
-                            .plan = &task->plan,
-                            .bufs = (char *const *)task->bufs,
-                            .nbufs = task->nbufs,
-                            .datatype = task->coll.datatype,
-                            .op = op,
-                            .esize = weft_dtype_size(task->coll.datatype),
-                            .what = weft_func_name(task->coll.func),
-                            .seq = seq,
-                            .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0,
-                            .reduces = coll_reduces(task->coll.func)};
-  if (r.esize == 0) r.esize = 1;
+  struct weft_host_run r = {.slot = NULL};
+  weft__host_coll_run_init(h, task, seq, op, &r);
   if (direct) return weft__host_direct_run(h, task, &r, usage_out);
   WEFT_CHECK(weft__host_plan_connect(&r));
   return weft__host_plan_run(&r);
@@ -197,12 +204,16 @@ ncclResult_t weft__host_task_run(struct weft_host_engine *h, struct weft_host_ta
 }
 
 void weft__host_worker_free(struct weft_host_worker *w) {
-  for (int i = 0; i < w->lanes_cap; i++) {
-    free(w->lanes[i].piece);
-    free(w->lanes[i].scratch);
+  for (int k = 0; k < WEFT_HOST_WINDOW_MAX; k++) {
+    struct weft_host_slot *slot = &w->slots[k];
+    for (int i = 0; i < slot->cap; i++) {
+      free(slot->lanes[i].piece);
+      free(slot->lanes[i].scratch);
+    }
+    free(slot->lanes);
+    free(slot->pending);
   }
-  free(w->lanes);
-  free(w->pending);
+  free(w->win_pending);
   free(w->needs);
   free(w->premul);
   free(w->descs);
