@@ -187,13 +187,18 @@ static int mismatch_rank(int rank, int n, ncclUniqueId id, void *arg) {
   return 0;
 }
 
-START_TEST(test_mismatch) {
+/* fn as n rank processes on 4 channels, over sockets or shared memory. */
+static void run4(int n, int sockets, harness_rank_fn fn) {
   setenv("NCCL_MIN_NCHANNELS", "4", 1);
   setenv("NCCL_MAX_NCHANNELS", "4", 1);
-  if (_i) setenv("NCCL_SHM_DISABLE", "1", 1);
+  if (sockets) setenv("NCCL_SHM_DISABLE", "1", 1);
   char why[8192];
-  int rc = harness_procs(3, RUN_TIMEOUT_S, mismatch_rank, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s: %s", _i ? "sockets" : "shared memory", why);
+  int rc = harness_procs(n, RUN_TIMEOUT_S, fn, NULL, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s: %s", sockets ? "sockets" : "shared memory", why);
+}
+
+START_TEST(test_mismatch) {
+  run4(3, _i, mismatch_rank);
 }
 END_TEST
 
@@ -225,12 +230,7 @@ static int leave_rank(int rank, int n, ncclUniqueId id, void *arg) {
 }
 
 START_TEST(test_peer_leaves) {
-  setenv("NCCL_MIN_NCHANNELS", "4", 1);
-  setenv("NCCL_MAX_NCHANNELS", "4", 1);
-  if (_i) setenv("NCCL_SHM_DISABLE", "1", 1);
-  char why[8192];
-  int rc = harness_procs(2, RUN_TIMEOUT_S, leave_rank, NULL, why, sizeof(why));
-  ck_assert_msg(rc == 0, "%s: %s", _i ? "sockets" : "shared memory", why);
+  run4(2, _i, leave_rank);
 }
 END_TEST
 
