@@ -189,6 +189,9 @@ ncclResult_t weft__host_direct_run(struct weft_host_engine *h, const struct weft
  * reductions use (a PreMulSum runs as ncclSum). r->slot is kept. */
 void weft__host_coll_run_init(struct weft_host_engine *h, const struct weft_host_task *task,
                               uint64_t seq, ncclRedOp_t op, struct weft_host_run *r);
+/* The INFO line of a collective that failed (host_task.c). */
+void weft__host_coll_failed(const struct weft_host_engine *h, const struct weft_host_task *task,
+                            uint64_t seq, ncclResult_t res);
 /* The call check in two halves (host_check.c), for a window that runs it
  * beside other tasks: begin sets up the records' exchange as a run
  * (r->slot is kept; its links are the check plan's), verdict compares the

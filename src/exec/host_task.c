@@ -196,11 +196,15 @@ ncclResult_t weft__host_task_run(struct weft_host_engine *h, struct weft_host_ta
   if (task->is_p2p) return task_run_p2p(h, task, usage_out);
   uint64_t seq = ++h->w.coll_seq;
   ncclResult_t res = task_run_coll(h, task, seq, usage_out);
-  if (res != ncclSuccess)
-    INFO(WEFT_COLL, "rank %d: %s #%llu (%zu x %s, %s) failed with error %d", h->comm->rank,
-         weft_func_name(task->coll.func), (unsigned long long)seq, task->coll.count,
-         weft_dtype_name(task->coll.datatype), weft_op_name(task->coll.op), (int)res);
+  if (res != ncclSuccess) weft__host_coll_failed(h, task, seq, res);
   return res;
+}
+
+void weft__host_coll_failed(const struct weft_host_engine *h, const struct weft_host_task *task,
+                            uint64_t seq, ncclResult_t res) {
+  INFO(WEFT_COLL, "rank %d: %s #%llu (%zu x %s, %s) failed with error %d", h->comm->rank,
+       weft_func_name(task->coll.func), (unsigned long long)seq, task->coll.count,
+       weft_dtype_name(task->coll.datatype), weft_op_name(task->coll.op), (int)res);
 }
 
 void weft__host_worker_free(struct weft_host_worker *w) {

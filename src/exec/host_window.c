@@ -285,15 +285,10 @@ static ncclResult_t win_fill(struct win *w, int *moved) {
 /* A failure: every task of the window ends with it, the first reporting
  * it to the peers; no copy-pool thread writes for them afterwards. */
 static void win_fail(struct win *w, ncclResult_t res) {
+  for (int k = 0; k < w->n; k++) weft__host_run_copy_cancel(&entry(w, k)->r);
   for (int k = 0; k < w->n; k++) {
     struct win_entry *x = entry(w, k);
-    if (x->r.plan != NULL) weft__host_run_copy_cancel(&x->r);
-  }
-  for (int k = 0; k < w->n; k++) {
-    struct win_entry *x = entry(w, k);
-    INFO(WEFT_COLL, "rank %d: %s #%llu (%zu x %s, %s) failed with error %d", w->h->comm->rank,
-         weft_func_name(x->task.coll.func), (unsigned long long)x->seq, x->task.coll.count,
-         weft_dtype_name(x->task.coll.datatype), weft_op_name(x->task.coll.op), (int)res);
+    weft__host_coll_failed(w->h, &x->task, x->seq, res);
     weft__host_retire(w->h, res, k == 0 ? ncclSuccess : res, ncclSuccess);
     weft_host_task_free(&x->task);
   }
