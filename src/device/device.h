@@ -269,6 +269,10 @@ struct weft_dev_direct_p2p {
   size_t send_bytes[WEFT_DEV_DIRECT_MAX_RANKS];
   void *recv_buf[WEFT_DEV_DIRECT_MAX_RANKS];
   size_t recv_bytes[WEFT_DEV_DIRECT_MAX_RANKS];
+  /* > 0: the launch's last self_ctas CTAs make the copy to the rank itself
+   * while the others make the sends to peers (less than the launch's CTAs;
+   * the copy must be one: a send to the rank itself, not in place). */
+  int self_ctas;
 };
 
 /* Launches it on stream with nctas CTAs. Every peer named must launch its

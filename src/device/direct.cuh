@@ -132,12 +132,13 @@ __device__ inline int direct_wait(const exec_args &x, const uint64_t *w, uint32_
 
 /* out[o][i] = in[0][i] op in[1][i] op ... (op in rank order), for every
  * output o and element i < len, then / div when div is set; the rank's
- * CTAs and threads share the elements. A copy is nin == 1 and OP_COPY. */
+ * CTAs and threads share the elements. A copy is nin == 1 and OP_COPY.
+ * ncta > 0: only ncta CTAs share them, this one being number cta. */
 template <typename T, int OP>
 __device__ void nway(const char *const *in, int nin, char *const *out, int nout, size_t len,
-                     int div) {
-  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t G = (size_t)gridDim.x * blockDim.x;
+                     int div, unsigned cta = 0, unsigned ncta = 0) {
+  const size_t g = (size_t)(ncta ? cta : blockIdx.x) * blockDim.x + threadIdx.x;
+  const size_t G = (size_t)(ncta ? ncta : gridDim.x) * blockDim.x;
   const int V = 16 / sizeof(T);
   constexpr int DIRECT_UNROLL = OP == OP_COPY ? DIRECT_UNROLL_COPY
                                 : sizeof(T) == 1 ? 2

@@ -11,7 +11,10 @@
  *     Posting waits for nothing, so no two ranks can wait on each other
  *     here.
  *  2. Every CTA takes every send in turn (peers from rank + 1 on, so the
- *     ranks spread over the receivers): thread 0 waits until the peer
+ *     ranks spread over the receivers; where the rank also copies to
+ *     itself beside sends to others, its last self_ctas CTAs make that
+ *     copy while the others make the sends, so the local copy runs beside
+ *     the link's instead of after it): thread 0 waits until the peer
  *     posted this call's receive, then the CTAs copy their share of the
  *     bytes into it, and the last CTA done marks the send finished (with
  *     its size). Where the peer is in place, the peer's receive buffer is
@@ -41,25 +44,30 @@ struct direct_p2p_args {
   struct weft_dev_direct_p2p ops;
 };
 
-/* The CTAs' copy of n bytes, 16 bytes at a time where both ends allow. */
-__device__ void p2p_copy(char *dst, const char *src, size_t n) {
+/* The CTAs of a send: ncta of them, this one number cta. */
+struct p2p_team {
+  unsigned cta, ncta;
+};
+
+/* The team's copy of n bytes, 16 bytes at a time where both ends allow. */
+__device__ void p2p_copy(char *dst, const char *src, size_t n, p2p_team t) {
   const char *in[1] = {src};
   char *out[1] = {dst};
   if ((((uintptr_t)dst | (uintptr_t)src | n) & 3) == 0)
-    nway<uint32_t, OP_COPY>(in, 1, out, 1, n / 4, 0);
+    nway<uint32_t, OP_COPY>(in, 1, out, 1, n / 4, 0, t.cta, t.ncta);
   else
-    nway<uint8_t, OP_COPY>(in, 1, out, 1, n, 0);
+    nway<uint8_t, OP_COPY>(in, 1, out, 1, n, 0, t.cta, t.ncta);
 }
 
 __device__ __forceinline__ int has(uint64_t mask, int p) {
   return (int)((mask >> p) & 1u);
 }
 
-/* b's bytes to a and a's to b, n of them, over the CTAs: an in-place pair
- * exchanged by one of its two ranks. */
-__device__ void p2p_swap(char *x, char *y, size_t n) {
-  const size_t g = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const size_t G = (size_t)gridDim.x * blockDim.x;
+/* b's bytes to a and a's to b, n of them, over the team's CTAs: an
+ * in-place pair exchanged by one of its two ranks. */
+__device__ void p2p_swap(char *x, char *y, size_t n, p2p_team t) {
+  const size_t g = (size_t)t.cta * blockDim.x + threadIdx.x;
+  const size_t G = (size_t)t.ncta * blockDim.x;
   size_t done = 0;
   if ((((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
     const size_t nv = n / 16;
@@ -119,9 +127,9 @@ __device__ void p2p_read_post(const direct_p2p_args &a, int p, p2p_post *post) {
   __syncthreads();
 }
 
-/* The send to p is done on this CTA; the last CTA to say so marks it
- * finished (with its size) on the rank's board. */
-__device__ void send_done(const direct_p2p_args &a, int p) {
+/* The send to p is done on this CTA; the last CTA of the team to say so
+ * marks it finished (with its size) on the rank's board. */
+__device__ void send_done(const direct_p2p_args &a, int p, p2p_team t) {
   __syncthreads(); /* the shared post is read before the next send */
   if (threadIdx.x != 0) return;
   weft_dev_board *me = a.boards[a.rank];
@@ -129,7 +137,7 @@ __device__ void send_done(const direct_p2p_args &a, int p) {
     __threadfence_system();
   else
     __threadfence();
-  if (atomicAdd(&me->send_arrive[p], 1u) != gridDim.x - 1) return;
+  if (atomicAdd(&me->send_arrive[p], 1u) != t.ncta - 1) return;
   me->send_arrive[p] = 0;
   me->sent[p].bytes = a.ops.send_bytes[p];
   __threadfence();
@@ -141,7 +149,7 @@ __device__ void send_done(const direct_p2p_args &a, int p) {
  * second round takes those (their post is still this call's: the peer
  * cannot finish the call before they do). */
 __device__ int p2p_send(const direct_p2p_args &a, int p, int round, uint64_t *later,
-                        p2p_post *post) {
+                        p2p_post *post, p2p_team t) {
   p2p_read_post(a, p, post);
   if (!post->go) return 0;
   const int kind = send_kind(a, p, post->inplace);
@@ -161,13 +169,13 @@ __device__ int p2p_send(const direct_p2p_args &a, int p, int round, uint64_t *la
   }
   const size_t n = a.ops.send_bytes[p];
   if (n != post->room) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) error_word_set(a.x, WEFT_DEV_ERR_P2P_SIZE, p);
+    if (t.cta == 0 && threadIdx.x == 0) error_word_set(a.x, WEFT_DEV_ERR_P2P_SIZE, p);
   } else if (n > 0 && kind == SEND_SWAP) {
-    p2p_swap((char *)a.ops.send_buf[p], post->dst, n);
+    p2p_swap((char *)a.ops.send_buf[p], post->dst, n, t);
   } else if (n > 0 && kind != SEND_SKIP) {
-    p2p_copy(post->dst, (const char *)a.ops.send_buf[p], n);
+    p2p_copy(post->dst, (const char *)a.ops.send_buf[p], n, t);
   }
-  send_done(a, p);
+  send_done(a, p, t);
   return 1;
 }
 
@@ -204,6 +212,14 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
       me->recv[q].inplace = has(a.ops.inplace_mask, q);
       st_release(&me->recv[q].seq, me->recv_seq[q] + 1, a.sys);
     }
+  /* The last self_ctas CTAs copy to the rank itself, the others send to
+   * the peers (0: every CTA takes every send). */
+  const unsigned split = gridDim.x - (unsigned)a.ops.self_ctas;
+  const int self_team = a.ops.self_ctas > 0 && blockIdx.x >= split;
+  const p2p_team team = {self_team ? blockIdx.x - split : blockIdx.x,
+                         a.ops.self_ctas == 0 ? gridDim.x
+                         : self_team          ? (unsigned)a.ops.self_ctas
+                                              : split};
   int go = 1;
   if (threadIdx.x == 0) later = 0;
   for (int round = 0; round < 2 && go; round++) {
@@ -211,7 +227,8 @@ __global__ void __launch_bounds__(DIRECT_THREADS, 1)
     const uint64_t todo = round == 0 ? a.ops.send_mask : later;
     for (int k = 1; k <= n && go; k++) {
       const int p = (r + k) % n; /* the rank itself last */
-      if (has(todo, p)) go = p2p_send(a, p, round, &later, &post);
+      if (a.ops.self_ctas > 0 && (p == r) != self_team) continue;
+      if (has(todo, p)) go = p2p_send(a, p, round, &later, &post, team);
     }
   }
   if (!go) return;
@@ -229,9 +246,11 @@ extern "C" ncclResult_t weft_dev_direct_p2p_launch(const struct weft_dev_direct_
                                                    struct weft_dev_board *const *table,
                                                    const struct weft_dev_conns *conns, int sys,
                                                    int nctas, cudaStream_t stream) {
-  if (conns->nranks > WEFT_DEV_DIRECT_MAX_RANKS || nctas < 1) {
-    WARN("device engine: rank %d: a direct send/recv over %d ranks on %d CTAs cannot run",
-         conns->rank, conns->nranks, nctas);
+  if (conns->nranks > WEFT_DEV_DIRECT_MAX_RANKS || nctas < 1 || ops->self_ctas < 0 ||
+      ops->self_ctas >= nctas) {
+    WARN("device engine: rank %d: a direct send/recv over %d ranks on %d CTAs (%d of them "
+         "for the copy to itself) cannot run",
+         conns->rank, conns->nranks, nctas, ops->self_ctas);
     return ncclInternalError;
   }
   direct_p2p_args a = {};

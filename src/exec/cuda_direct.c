@@ -555,6 +555,19 @@ int weft_cuda_direct_p2p_pick(const struct weft_cuda_direct *d, int nranks,
   return picked;
 }
 
+/* A rank that copies to itself beside its sends to peers (a Scatter's
+ * root, AlltoAll out of place) gives that copy its own CTAs, as many as its
+ * share of the bytes, so the copy in the GPU's memory runs beside the sends
+ * instead of after them (across GPUs the sends are bound by the link, the
+ * copy by memory). 0: every CTA takes every send in turn. */
+static int self_ctas(int rank, const struct weft_dev_direct_p2p *call, size_t sent, int nctas) {
+  if (!(call->send_mask >> rank & 1) || (call->inplace_mask >> rank & 1)) return 0;
+  size_t self = call->send_bytes[rank];
+  if (self == 0 || self >= sent || nctas < 2) return 0;
+  size_t k = (size_t)nctas * self / sent;
+  return k < 1 ? 1 : k > (size_t)nctas - 1 ? nctas - 1 : (int)k;
+}
+
 ncclResult_t weft_cuda_direct_p2p_launch(struct ncclComm *comm, struct weft_cuda_direct *d,
                                          const struct weft_dev_conns *conns,
                                          const struct weft_p2p *ops, void *const *bufs,
@@ -580,8 +593,9 @@ ncclResult_t weft_cuda_direct_p2p_launch(struct ncclComm *comm, struct weft_cuda
     if ((call.send_mask >> p & 1) && (call.recv_mask >> p & 1) &&
         call.send_buf[p] == call.recv_buf[p] && call.send_bytes[p] == call.recv_bytes[p])
       call.inplace_mask |= 1ull << p;
-  return weft_dev_direct_p2p_launch(&call, d->table, conns, d->sys, direct_ctas(comm, sent),
-                                    (cudaStream_t)stream);
+  int nctas = direct_ctas(comm, sent);
+  call.self_ctas = self_ctas(comm->rank, &call, sent, nctas);
+  return weft_dev_direct_p2p_launch(&call, d->table, conns, d->sys, nctas, (cudaStream_t)stream);
 }
 
 #endif
