@@ -20,9 +20,9 @@
  *     its size). Where the peer is in place, the peer's receive buffer is
  *     what it sends from: both in place, the two ranks exchange the two
  *     blocks, each one half of them (no copy aside, every byte read and
- *     written once, both GPUs' CTAs at work); the peer alone, the rank's copy waits
- *     (in a second round, after every other send) until the peer's send
- *     finished. That send never waits, so no sends wait in a circle. A
+ *     written once, both ranks' CTAs at work); the peer alone, the rank's
+ *     copy waits (in a second round, after every other send) until the
+ *     peer's send finished. That send never waits, so no sends wait in a circle. A
  *     send whose size differs from the receive's copies nothing and sets
  *     the error word (WEFT_DEV_ERR_P2P_SIZE), as the FIFO path does; no
  *     buffer is overrun.
