@@ -641,7 +641,60 @@ START_TEST(p2p_size_mismatch) {
 }
 END_TEST
 
+/* ---- One rank's copies (weft_dev_copy) --------------------------------------------- */
+
+/* Each size and alignment around the copy's choices (the 16-byte kernel up
+ * to 64 KiB, bytes up to 2 KiB, cudaMemcpyAsync past them) copies exactly
+ * its bytes: the destination holds the source's, and the guard bytes on
+ * both sides of it keep their poison. */
+START_TEST(copy) {
+  static const size_t sizes[] = {
+      1,         7,          16,    2047,       2048,      2049,
+      4096 + 16, 65536 - 16, 65536, 65536 + 16, 65536 + 4, (8u << 20) + 16,
+  };
+  static const size_t offsets[] = {0, 4, 1}; /* dst and src offset alike; 4 and 1 unaligned */
+  const size_t guard = 64, most = (8u << 20) + 16;
+  const size_t room = most + 2 * guard + 16;
+  unsigned char *src = NULL, *dst = NULL;
+  unsigned char *want = malloc(room), *got = malloc(room);
+  ck_assert_ptr_nonnull(want);
+  ck_assert_ptr_nonnull(got);
+  for (size_t i = 0; i < room; i++) want[i] = (unsigned char)(mix(i, 0, 7) | 1); /* never 0 */
+  CUDA_OK(cudaMalloc((void **)&src, room));
+  CUDA_OK(cudaMalloc((void **)&dst, room));
+  CUDA_OK(cudaMemcpy(src, want, room, cudaMemcpyHostToDevice));
+  cudaStream_t st;
+  CUDA_OK(cudaStreamCreate(&st));
+  for (size_t oi = 0; oi < sizeof(offsets) / sizeof(offsets[0]); oi++) {
+    for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+      size_t at = guard + offsets[oi], n = sizes[si];
+      CUDA_OK(cudaMemset(dst, 0, room));
+      CUDA_OK(weft_dev_copy(dst + at, src + at, n, st));
+      CUDA_OK(cudaStreamSynchronize(st));
+      CUDA_OK(cudaMemcpy(got, dst, room, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < at + n + guard; i++) {
+        unsigned char expect = i >= at && i < at + n ? want[i] : 0;
+        if (got[i] == expect) continue;
+        ck_abort_msg(
+            "weft_dev_copy of %zu bytes at offset %zu: byte %zu (%s) is 0x%02x, expected 0x%02x", n,
+            offsets[oi], i,
+            i < at       ? "guard before"
+            : i < at + n ? "copied"
+                         : "guard after",
+            got[i], expect);
+      }
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(st));
+  cudaFree(src);
+  cudaFree(dst);
+  free(want);
+  free(got);
+}
+END_TEST
+
 void gpu_plan_ops_add(TCase *tc) {
+  tcase_add_test(tc, copy);
   tcase_add_loop_test(tc, fp8_ring, 0, nrank_counts);
   tcase_add_loop_test(tc, premul, 0, nrank_counts);
   tcase_add_loop_test(tc, direct, 0, nrank_counts);

@@ -52,30 +52,37 @@ static ncclResult_t check_extent(const char *caller, const char *name, const voi
 }
 
 #if WEFT_HAVE_CUDA
-/* Pointers that passed a check on this thread, with the GPU they passed
- * for (-1: a host rank's buffer, found not to be device memory): asking
- * CUDA (cudaPointerGetAttributes) cost 0.1-0.3 us a buffer on the H200
- * machine, which made a one-rank in-place call 0.2-0.3 us slower than
- * NCCL's, which asks nothing unless NCCL_CHECK_POINTERS=1
+/* Memory that passed a check on this thread, as [lo, hi), with the GPU it
+ * passed for (-1: a host rank's buffer, found not to be device memory):
+ * asking CUDA (cudaPointerGetAttributes) cost 0.1-0.3 us a buffer on the
+ * H200 machine, which made a one-rank in-place call 0.2-0.3 us slower
+ * than NCCL's, which asks nothing unless NCCL_CHECK_POINTERS=1
  * (docs/PERFORMANCE.md, "Eleventh pass"); host ranks paid it on every
- * call too. A hit skips the question unless NCCL_CHECK_POINTERS=1. */
+ * call too. Device memory of the rank's GPU is kept as its whole
+ * allocation, so a pointer that moves inside one is not asked again
+ * (nccl-tests moves its buffers at every call, caching allocators hand
+ * out pieces of a few large blocks: "Fifteenth pass"); anything else as
+ * the one address. A hit skips the question unless NCCL_CHECK_POINTERS=1. */
 #define REACHED_MAX 64
 static _Thread_local struct {
-  const void *p;
+  uintptr_t lo, hi;
   int dev;
 } reached[REACHED_MAX];
 static _Thread_local unsigned reached_next;
 
 static int reached_before(const void *p, int dev) {
+  uintptr_t a = (uintptr_t)p;
+  /* An unused entry is [0, 0): a - lo < hi - lo never holds. */
   for (int i = 0; i < REACHED_MAX; i++)
-    if (reached[i].p == p && reached[i].dev == dev) return 1;
+    if (reached[i].dev == dev && a - reached[i].lo < reached[i].hi - reached[i].lo) return 1;
   return 0;
 }
 
-static void reached_add(const void *p, int dev) {
-  reached[reached_next % REACHED_MAX].p = p;
-  reached[reached_next % REACHED_MAX].dev = dev;
-  reached_next++;
+static void reached_add(uintptr_t lo, uintptr_t hi, int dev) {
+  unsigned i = reached_next++ % REACHED_MAX;
+  reached[i].lo = lo;
+  reached[i].hi = hi;
+  reached[i].dev = dev;
 }
 #endif
 
@@ -96,7 +103,7 @@ ncclResult_t weft_check_buffer(const char *caller, const char *name, const void 
     return ncclInvalidArgument;
   }
 #if WEFT_HAVE_CUDA
-  if (!every) reached_add(p, -1);
+  if (!every) reached_add((uintptr_t)p, (uintptr_t)p + 1, -1);
 #endif
   return ncclSuccess;
 }
@@ -130,10 +137,13 @@ static int device_reads_pageable(int dev) {
   return known == 2;
 }
 
-/* What CUDA says of p, for check_reach. */
+/* What CUDA says of p, for check_reach; [*lo, *hi): the memory the answer
+ * holds for (device memory of comm's GPU: its allocation; else p alone). */
 static ncclResult_t check_reach_ask(const struct ncclComm *comm, const char *caller,
-                                    const char *name, const void *p) {
+                                    const char *name, const void *p, uintptr_t *lo, uintptr_t *hi) {
   int dev = comm->cuda_dev;
+  *lo = (uintptr_t)p;
+  *hi = (uintptr_t)p + 1;
   struct cudaPointerAttributes attr;
   memset(&attr, 0, sizeof(attr));
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
@@ -143,7 +153,10 @@ static ncclResult_t check_reach_ask(const struct ncclComm *comm, const char *cal
   switch (attr.type) {
     case cudaMemoryTypeManaged: return ncclSuccess;
     case cudaMemoryTypeDevice:
-      if (attr.device == dev) return ncclSuccess;
+      if (attr.device == dev) {
+        weft_device_alloc_range(p, lo, hi); /* left as p alone where unknown */
+        return ncclSuccess;
+      }
       WARN(
           "%s: rank %d: %s %p is device memory of GPU %d; expected memory of GPU %d, where "
           "the rank runs (or managed or mapped host memory)",
@@ -175,8 +188,9 @@ static ncclResult_t check_reach(const struct ncclComm *comm, const char *caller,
                                 const void *p) {
   int every = weft_param_int(WEFT_PARAM_CHECK_POINTERS) != 0;
   if (!every && reached_before(p, comm->cuda_dev)) return ncclSuccess;
-  WEFT_CHECK(check_reach_ask(comm, caller, name, p));
-  if (!every) reached_add(p, comm->cuda_dev);
+  uintptr_t lo, hi;
+  WEFT_CHECK(check_reach_ask(comm, caller, name, p, &lo, &hi));
+  if (!every) reached_add(lo, hi, comm->cuda_dev);
   return ncclSuccess;
 }
 #endif

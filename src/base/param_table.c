@@ -62,8 +62,9 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
         BOOL_ROW("NCCL_CHECK_POINTERS", 0,
                  "1: ask CUDA about every buffer on every call (GPU ranks: can the GPU "
                  "reach it; host ranks: is it not device memory); 0: a buffer the first time "
-                 "a thread passes it (the last 64 that passed are remembered: a buffer freed "
-                 "and passed again is then not caught, as NCCL by default)"),
+                 "a thread passes it (the last 64 answers are remembered, device memory of "
+                 "the rank's GPU as its whole allocation: a buffer freed and passed again is "
+                 "then not caught, as NCCL by default)"),
     [WEFT_PARAM_MIN_NCHANNELS] =
         INT_ROW("NCCL_MIN_NCHANNELS", 1, 1, 32, "1",
                 "fewest channels a collective uses; above NCCL_MAX_NCHANNELS it is lowered to "

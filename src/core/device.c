@@ -2,6 +2,7 @@
  * CUDA headers. Every query degrades to "no device" instead of failing. */
 #include "core/device.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <strings.h>
 
@@ -10,6 +11,7 @@
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -77,5 +79,55 @@ void weft_device_bus_id(int dev, char *buf, int len) {
   }
 #else
   (void)dev;
+#endif
+}
+
+void *weft_device_driver_symbol(const char *name, const char **why) {
+#if WEFT_HAVE_CUDA
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 11070, cudaEnableDefault, &q);
+#else
+  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+  if (err == cudaSuccess && fn != NULL && q == cudaDriverEntryPointSuccess) return fn;
+  if (err != cudaSuccess) cudaGetLastError();
+  *why = err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found";
+  return NULL;
+#else
+  (void)name;
+  *why = "no CUDA in this build";
+  return NULL;
+#endif
+}
+
+#if WEFT_HAVE_CUDA
+typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static pthread_once_t get_range_once = PTHREAD_ONCE_INIT;
+static get_range_fn get_range;
+
+static void get_range_find(void) {
+  const char *why;
+  void *fn = weft_device_driver_symbol("cuMemGetAddressRange", &why);
+  memcpy(&get_range, &fn, sizeof(get_range));
+  if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no cuMemGetAddressRange (%s)", why);
+}
+#endif
+
+int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi) {
+#if WEFT_HAVE_CUDA
+  pthread_once(&get_range_once, get_range_find);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (get_range == NULL || get_range(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+    return 0;
+  if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base >= size) return 0;
+  *lo = (uintptr_t)base;
+  *hi = (uintptr_t)base + size;
+  return 1;
+#else
+  (void)p, (void)lo, (void)hi;
+  return 0;
 #endif
 }

@@ -3,6 +3,8 @@
 #ifndef WEFT_CORE_DEVICE_H
 #define WEFT_CORE_DEVICE_H
 
+#include <stdint.h>
+
 /* The calling thread's current CUDA device, or -1 when there is none (no CUDA
  * in this build, no driver, no device, or WEFT_DEVICE=cpu). */
 int weft_device_current(void);
@@ -13,5 +15,12 @@ void weft_device_select(int dev);
 /* Device dev's PCI bus id ("00000000:1a:00.0") in buf; "" when there is none
  * (no CUDA, or the query fails). */
 void weft_device_bus_id(int dev, char *buf, int len);
+/* The CUDA driver's entry point `name`, in its CUDA 11.7 form, or NULL with
+ * the reason in *why (no CUDA in this build, or an older driver). */
+void *weft_device_driver_symbol(const char *name, const char **why);
+/* The allocation of device memory that holds p, as [*lo, *hi): 1 when the
+ * driver says (cuMemGetAddressRange), 0 when it cannot (not device memory,
+ * no such entry point, no CUDA). */
+int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi);
 
 #endif

@@ -222,6 +222,10 @@ void weft_dev_board_table_free(struct weft_dev_board **table);
  * is NULL, on a stream of its own: waiting for it never waits for a kernel
  * of another rank that may be spinning on this one. */
 cudaError_t weft_dev_fill(void *dst, const void *src, size_t n);
+/* Copies bytes from src to dst (memory the device reads and writes) on
+ * stream, as cudaMemcpyAsync would: a kernel where that is faster (16-byte
+ * aligned up to 64 KiB, any up to 2 KiB), else cudaMemcpyAsync. */
+cudaError_t weft_dev_copy(void *dst, const void *src, size_t bytes, cudaStream_t stream);
 
 /* One collective run directly: func is AllReduce, AllGather,
  * ReduceScatter, Broadcast or Reduce; count as NCCL's call has it (per

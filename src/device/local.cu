@@ -1,8 +1,9 @@
 /* Kernels that work on one rank's own memory, outside the FIFOs: the
- * scaling that starts a PreMulSum, and the rank-ordered reduction that
- * ends a Direct AllReduce. Both are small grid-stride loops over elements
- * with the element operations of reduce.cuh, so their numbers are the
- * plan kernel's and the host engine's (src/exec/reduce.c). Each is queued
+ * scaling that starts a PreMulSum, the rank-ordered reduction that ends a
+ * Direct AllReduce, and the copies of a communicator of one rank. The
+ * first two are small grid-stride loops over elements with the element
+ * operations of reduce.cuh, so their numbers are the plan kernel's and the
+ * host engine's (src/exec/reduce.c). Each is queued
  * on the caller's stream next to the plan kernel, so stream order replaces
  * any completion counter and CUDA graph capture records them as they are. */
 #include <string.h>
@@ -145,6 +146,53 @@ struct direct_launch {
   }
 };
 
+/* ---- One rank's copy ---------------------------------------------------- */
+
+/* Through nccl-tests on an H100, one rank's out-of-place calls of up to
+ * 32 KiB took 0.5-1.5 us less as this kernel than as cudaMemcpyAsync;
+ * 128-512 KiB were even and 2-8 MiB 1.2-1.5 us slower (docs/PERFORMANCE.md,
+ * "Fifteenth pass"). Words of 16 bytes, four in flight per thread. */
+#define COPY_KERNEL_MAX (64u << 10)
+#define COPY_BYTES_MAX 2048u /* not 16-byte aligned: byte by byte, this far */
+#define COPY_MAX_BLOCKS 132  /* an H100's or H200's SMs */
+
+template <typename W>
+__global__ void __launch_bounds__(LOCAL_THREADS) copy_kernel(W *dst, const W *src, size_t n) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    W a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a;
+    dst[i + stride] = b;
+    dst[i + 2 * stride] = c;
+    dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+template <typename W>
+static cudaError_t copy_launch(void *dst, const void *src, size_t bytes, cudaStream_t stream) {
+  W *d = (W *)dst;
+  const W *s = (const W *)src;
+  size_t n = bytes / sizeof(W);
+  size_t per_block = (size_t)LOCAL_THREADS * 4 * (sizeof(W) == 1 ? 1 : 4);
+  size_t blocks = (n + per_block - 1) / per_block;
+  blocks = blocks < 1 ? 1 : blocks > COPY_MAX_BLOCKS ? COPY_MAX_BLOCKS : blocks;
+  void *args[] = {&d, &s, &n};
+  return cudaLaunchKernel((const void *)copy_kernel<W>, dim3((unsigned)blocks),
+                          dim3(LOCAL_THREADS), args, 0, stream);
+}
+
+extern "C" cudaError_t weft_dev_copy(void *dst, const void *src, size_t bytes,
+                                     cudaStream_t stream) {
+  if (bytes == 0 || dst == src) return cudaSuccess;
+  uintptr_t align = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)bytes;
+  if (bytes <= COPY_KERNEL_MAX && align % 16 == 0)
+    return copy_launch<uint4>(dst, src, bytes, stream);
+  if (bytes <= COPY_BYTES_MAX) return copy_launch<unsigned char>(dst, src, bytes, stream);
+  return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+}
+
 /* ---- Loading ------------------------------------------------------------ */
 
 template <typename T>
@@ -157,6 +205,10 @@ struct local_load_type {
 };
 
 cudaError_t weft_local_load(void) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, copy_kernel<uint4>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, copy_kernel<unsigned char>);
+  if (e != cudaSuccess) return e;
   for (int dt = 0; dt < ncclNumTypes; dt++) {
     cudaError_t err = cudaSuccess;
     with_type<local_load_type>((ncclDataType_t)dt, &err);

@@ -678,9 +678,9 @@ static int p2p_rest(const struct weft_cuda_p2p *p, const unsigned char *direct,
 ncclResult_t weft_cuda_engine_launch_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p) {
   struct weft_cuda_engine *e = comm->cuda;
   cudaStream_t s = (cudaStream_t)p->streams[0];
-  weft_device_select(e->dev);
   ncclResult_t one = ncclSuccess;
-  if (weft_cuda_one_rank_p2p(comm, p, s, &one)) return one;
+  if (weft_cuda_one_rank_p2p(comm, p, s, e->dev, &one)) return one;
+  weft_device_select(e->dev);
   WEFT_CHECK(launch_order(comm, "send/recv", s));
   size_t n = (size_t)(p->nops > 0 ? p->nops : 1);
   void **bufs = malloc(n * sizeof(*bufs));

@@ -13,13 +13,13 @@
 #include "base/param.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
+#include "core/device.h"
 #include "exec/engine.h"
 #include "sched/schedule.h"
 #include "transport/p2p/p2p.h"
 #include "weft_config.h"
 
 #if WEFT_HAVE_CUDA && defined(WEFT_HAVE_DEVICE)
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "device/device.h"
@@ -53,8 +53,6 @@ struct direct_window {
   void **mapped; /* [nranks]: a peer's allocation opened here (NULL: not opened) */
 };
 
-typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
-
 struct weft_cuda_direct {
   struct direct_group *group;    /* one process; NULL: several */
   struct weft_dev_board *board;  /* this rank's */
@@ -72,7 +70,6 @@ struct weft_cuda_direct {
   struct direct_window *windows;
   long long *xlate;
   uint32_t nwindows;
-  get_range_fn get_range;
 };
 
 /* What each rank tells the others at init. */
@@ -295,28 +292,23 @@ struct window_card {
 
 /* This rank's card for buff: the allocation's base and IPC handle; ok 0
  * (with an INFO saying why) where it cannot be exported. */
-static void window_export(const struct ncclComm *comm, struct weft_cuda_direct *d, void *buff,
-                          size_t size, struct window_card *card) {
+static void window_export(const struct ncclComm *comm, void *buff, size_t size,
+                          struct window_card *card) {
   card->pid = (int)getpid();
   if (buff == NULL || size == 0) return;
-  if (d->get_range == NULL &&
-      weft_cuda_driver_fn(comm, "window registration", "cuMemGetAddressRange", &d->get_range,
-                          sizeof(d->get_range)) != ncclSuccess)
-    return;
-  CUdeviceptr base = 0;
-  size_t bytes = 0;
-  CUresult r = d->get_range(&base, &bytes, (CUdeviceptr)(uintptr_t)buff);
+  uintptr_t base = 0, end = 0;
+  int placed = weft_device_alloc_range(buff, &base, &end);
   cudaError_t e = cudaErrorInvalidValue;
-  if (r == CUDA_SUCCESS) e = weft_p2p_ipc_export((void *)(uintptr_t)base, &card->handle);
-  if (r != CUDA_SUCCESS || e != cudaSuccess) {
+  if (placed) e = weft_p2p_ipc_export((void *)base, &card->handle);
+  if (!placed || e != cudaSuccess) {
     (void)cudaGetLastError();
     INFO(WEFT_REG | WEFT_INIT,
          "rank %d: ncclCommWindowRegister: buffer %p cannot be shared with other processes (%s): "
          "calls on it keep the ring",
-         comm->rank, buff, r != CUDA_SUCCESS ? "not from cudaMalloc" : cudaGetErrorString(e));
+         comm->rank, buff, !placed ? "not from cudaMalloc" : cudaGetErrorString(e));
     return;
   }
-  card->base = (uintptr_t)base;
+  card->base = base;
   card->ok = 1;
 }
 
@@ -372,7 +364,7 @@ ncclResult_t weft_cuda_direct_window_register(struct ncclComm *comm, struct weft
   /* Every rank takes part in both rounds, whatever it found, so all end
    * with the same answer: the window is usable where every rank exported
    * it and mapped every peer's. */
-  if (w->id < DIRECT_MAX_WINDOWS) window_export(comm, d, buff, size, &cards[comm->rank]);
+  if (w->id < DIRECT_MAX_WINDOWS) window_export(comm, buff, size, &cards[comm->rank]);
   res = weft_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
   if (res != ncclSuccess) goto fail;
   int all = 1;

@@ -13,9 +13,9 @@ ncclResult_t weft_cuda_one_rank(struct ncclComm *comm, const struct weft_coll *c
                                 const struct weft_cuda_premul *premul, cudaStream_t s);
 
 /* A group of one rank's sends to itself and receives from itself as device
- * copies on s: 1 when done (*res says how), 0 where the send/recv kernel
- * must run it. */
+ * copies on s, device dev selected before the first (none: no CUDA call):
+ * 1 when done (*res says how), 0 where the send/recv kernel must run it. */
 int weft_cuda_one_rank_p2p(struct ncclComm *comm, const struct weft_cuda_p2p *p, cudaStream_t s,
-                           ncclResult_t *res);
+                           int dev, ncclResult_t *res);
 
 #endif

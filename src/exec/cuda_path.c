@@ -202,21 +202,16 @@ ncclResult_t weft_cuda_engine_choose(struct ncclComm *comm, enum weft_cuda_path 
 
 ncclResult_t weft_cuda_driver_fn(const struct ncclComm *comm, const char *who, const char *name,
                                  void *pfn_out, size_t size) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-  cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 11070, cudaEnableDefault, &q);
-#else
-  cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
-  if (err == cudaSuccess && fn != NULL && q == cudaDriverEntryPointSuccess) {
+  const char *why = "";
+  void *fn = weft_device_driver_symbol(name, &why);
+  if (fn != NULL) {
     memcpy(pfn_out, &fn, size);
     return ncclSuccess;
   }
   WARN(
       "rank %d: %s: the CUDA driver does not provide %s (%s); it needs a driver for CUDA 11.7 "
       "or later",
-      comm->rank, who, name, err != cudaSuccess ? cudaGetErrorString(err) : "symbol not found");
+      comm->rank, who, name, why);
   return ncclSystemError;
 }
 #endif
