@@ -43,9 +43,15 @@
 #define MSG_MAX WEFT_NET_MSG_MAX
 /* Messages in flight per send conn, and receives per recv conn (a
  * receive is posted once the previous one's size is known, so the next
- * header is read while the chunks before it still move). */
-#define SEND_INFLIGHT 4
-#define RECV_INFLIGHT 4
+ * header is read while the chunks before it still move). Settable at
+ * build time for measuring: 8 or 16 moved the default links (a socket a
+ * channel) no faster on the 16-core machine (docs/PERFORMANCE.md,
+ * "Sixteenth pass"). */
+#ifndef WEFT_NET_INFLIGHT
+#define WEFT_NET_INFLIGHT 4
+#endif
+#define SEND_INFLIGHT WEFT_NET_INFLIGHT
+#define RECV_INFLIGHT WEFT_NET_INFLIGHT
 /* Longest nap while a connection is being set up. */
 #define SETUP_NAP_MAX_US 2000
 
