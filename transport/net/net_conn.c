@@ -44,9 +44,9 @@
 /* Messages in flight per send conn, and receives per recv conn (a
  * receive is posted once the previous one's size is known, so the next
  * header is read while the chunks before it still move). Settable at
- * build time for measuring: 8 or 16 moved the default links (a socket a
- * channel) no faster on the 16-core machine (docs/PERFORMANCE.md,
- * "Sixteenth pass"). */
+ * build time for measuring: on the 16-core machine 16 moved the default
+ * links (a socket a channel) no faster, nor 8 or 16 links of 4 sockets
+ * (docs/PERFORMANCE.md, "Sixteenth pass"). */
 #ifndef WEFT_NET_INFLIGHT
 #define WEFT_NET_INFLIGHT 4
 #endif
