@@ -45,8 +45,8 @@
  * receive is posted once the previous one's size is known, so the next
  * header is read while the chunks before it still move). Settable at
  * build time for measuring: on the 16-core machine 16 moved the default
- * links (a socket a channel) no faster, nor 8 or 16 links of 4 sockets
- * (docs/PERFORMANCE.md, "Sixteenth pass"). */
+ * links (a socket a channel) no faster, nor did 8 or 16 move 4 links of 4
+ * sockets each (docs/PERFORMANCE.md, "Sixteenth pass"). */
 #ifndef WEFT_NET_INFLIGHT
 #define WEFT_NET_INFLIGHT 4
 #endif
