@@ -368,6 +368,29 @@ static int alltoall_inplace(struct ctx *c, const struct bufs *b, size_t count) {
   return 0;
 }
 
+/* SendRecv on one buffer with a partner (rank ^ 1; an odd last rank sits
+ * out), the directions of unequal sizes and each several bounce pieces of
+ * the host engine (1 MiB): what arrives overwrites what is sent, and the
+ * longer send's tail beyond what arrives stays as it was. */
+static int exchange_inplace_unequal(struct ctx *c, const struct bufs *b) {
+  int me = c->rank, peer = me ^ 1;
+  size_t s = c->t->d->size;
+  size_t mine = me % 2 ? LARGE_COUNT / 3 : LARGE_COUNT - 7,
+         theirs = peer % 2 ? LARGE_COUNT / 3 : LARGE_COUNT - 7;
+  if (peer >= c->nranks) return 0;
+  p2p_label(c, "exchange in-place, unequal sizes", mine, -1);
+  size_t span = mine > theirs ? mine : theirs;
+  memset(b->recv, poison_byte(c->t->d), (span + GUARD) * s);
+  fill(c->t, me, b->recv, 0, mine);
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclSend(b->recv, mine, c->t->d->type, peer, c->comm, NULL));
+  HNCCL(ncclRecv(b->recv, theirs, c->t->d->type, peer, c->comm, NULL));
+  HNCCL(ncclGroupEnd());
+  if (check_elems(c, b->recv, 0, theirs, peer, 0)) return 1;
+  if (mine > theirs && check_elems(c, b->recv, theirs, mine - theirs, me, theirs)) return 1;
+  return check_poison(c, b->recv, span, GUARD, "guard");
+}
+
 /* ncclAlltoAll: block p of rank r's input (positions p*count...) lands in
  * block r of rank p's output. */
 static int alltoall(struct ctx *c, const struct bufs *b, size_t count) {
@@ -503,7 +526,7 @@ static int p2p_matrix(struct ctx *c, const struct bufs *b, uint32_t *salt) {
   /* One large all-to-all. */
   table_build(c->t, dtype_find(ncclFloat32), ncclSum, c->nranks, (*salt)++);
   size_t large = (LARGE_COUNT / (size_t)c->nranks) | 1;
-  if (ring_exchange_inplace(c, b, LARGE_COUNT)) return 1;
+  if (ring_exchange_inplace(c, b, LARGE_COUNT) || exchange_inplace_unequal(c, b)) return 1;
   return alltoall(c, b, large) || alltoall_inplace(c, b, large);
 }
 

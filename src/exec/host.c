@@ -42,8 +42,10 @@ void weft_host_task_free(struct weft_host_task *task) {
   weft_plan_free(&task->plan);
   free(task->bufs);
   free(task->p2p);
+  free(task->rx_guard);
   task->bufs = NULL;
   task->p2p = NULL;
+  task->rx_guard = NULL;
 }
 
 /* Runs a taken task (not under lock): its start hook, then its plan,

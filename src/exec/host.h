@@ -29,6 +29,10 @@ struct weft_host_task {
   int nbufs;
   void **bufs;           /* bufs[i] is buffer index i of the plan; engine-owned */
   struct weft_p2p *p2p;  /* the p2p ops (nbufs of them), for count checks; engine-owned */
+  /* p2p: rx_guard[j] set: receive op j shares its start with the send its
+   * step pairs it with, and lands behind that send (exec/host_run.c);
+   * NULL: none does. Engine-owned. */
+  unsigned char *rx_guard;
   int premul_sum;            /* coll.op is a PreMulSum: scale the input, then sum */
   const void *premul_scalar; /* host pointer to a scalar of the datatype, read when the task starts */
   struct weft_host_hooks hooks; /* all NULL: a plain task */
@@ -37,9 +41,9 @@ struct weft_host_task {
 /* Starts comm's worker; comm->host is set on success. */
 ncclResult_t weft_host_engine_create(struct ncclComm *comm);
 /* Queues one task (arguments already checked) and takes ownership of its
- * plan, bufs and p2p arrays, also on failure; returns at once. */
+ * plan, bufs, p2p and rx_guard arrays, also on failure; returns at once. */
 ncclResult_t weft_host_engine_enqueue(struct ncclComm *comm, struct weft_host_task *task);
-/* Frees what a task owns (plan, bufs, p2p), for a task never enqueued. */
+/* Frees what a task owns (plan, bufs, p2p, rx_guard), for a task never enqueued. */
 void weft_host_task_free(struct weft_host_task *task);
 /* Waits until everything queued has finished; returns the first error: a
  * failure that broke the communicator (sticky), else the first misuse

@@ -18,6 +18,11 @@
  * reducing collectives' sends are cut into messages no larger (msg_max
  * below), so a piece takes whole messages. */
 #define WEFT_HOST_PIECE_BYTES (256u * 1024u)
+/* A guarded receive (weft_host_task.rx_guard) lands through a bounce
+ * buffer of this size: a network message whole (net_conn.c's largest). */
+#ifndef WEFT_HOST_GUARD_BYTES
+#define WEFT_HOST_GUARD_BYTES (1024u * 1024u)
+#endif
 
 /* What a lane's receive does with the bytes of the current step. */
 enum weft_host_rx {
@@ -27,6 +32,8 @@ enum weft_host_rx {
   WEFT_HOST_RX_HDR,    /* a send/recv header, before the data */
   WEFT_HOST_RX_DRAIN,  /* a mismatched send's bytes, discarded */
   WEFT_HOST_RX_RECORD, /* a call record, before the data (framed runs) */
+  WEFT_HOST_RX_GUARD,  /* a piece at a time into `guard`, copied to dst once the
+                          step's send (same start) has read past it */
 };
 
 /* What a rank was called with (host_check.c). Framed runs (the call check,
@@ -79,6 +86,7 @@ struct weft_host_lane {
   struct weft_host_copy cp_job;
   /* Engine-owned. */
   char *piece;
+  char *guard; /* WEFT_HOST_GUARD_BYTES, once a guarded receive needs it */
   char *scratch;
   size_t scratch_cap;
 };
@@ -105,6 +113,7 @@ struct weft_host_run {
   int nbufs;
   int is_p2p;
   const struct weft_p2p *p2p; /* p2p: the ops, indexed like bufs */
+  const unsigned char *rx_guard; /* p2p: the task's (NULL: no receive is guarded) */
   ncclDataType_t datatype;
   ncclRedOp_t op; /* the op reductions use (a PreMulSum runs as ncclSum) */
   size_t esize;

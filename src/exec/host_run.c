@@ -9,7 +9,13 @@
  * No data is copied twice: sends go straight from the user's buffers, a
  * copying receive lands straight in its destination, and a reducing
  * receive lands piece by piece in a small buffer that is reduced into the
- * destination while the next piece is on its way.
+ * destination while the next piece is on its way. The one exception is a
+ * guarded receive (weft_host_task.rx_guard: in-place AlltoAll, SendRecv on
+ * one buffer), whose destination is also its step's send: it lands through
+ * a bounce buffer, a piece at a time, each piece copied into place once the
+ * send has read past it. Each side's send only needs the other's receive
+ * to take bytes, which a bounce buffer always does, so the pair never
+ * waits on itself.
  *
  * Grouped send/recv put an 8-byte header before each send's bytes: a magic
  * and the byte count. The receiver compares it with the count it posted;
@@ -39,16 +45,20 @@ static char *run_buf(const struct weft_host_run *r, const struct weft_host_lane 
   return base == NULL ? NULL : base + off;
 }
 
-static ncclResult_t lane_piece(const struct weft_host_run *r, struct weft_host_lane *l) {
-  if (l->piece != NULL) return ncclSuccess;
+/* An engine-owned buffer of a lane (piece, guard), allocated once. */
+static ncclResult_t lane_buf(const struct weft_host_run *r, char **buf, size_t bytes) {
+  if (*buf != NULL) return ncclSuccess;
   void *p;
-  if (posix_memalign(&p, 64, WEFT_HOST_PIECE_BYTES) != 0) {
-    WARN("rank %d: out of memory for a %u-byte receive buffer", r->h->comm->rank,
-         WEFT_HOST_PIECE_BYTES);
+  if (posix_memalign(&p, 64, bytes) != 0) {
+    WARN("rank %d: out of memory for a %zu-byte receive buffer", r->h->comm->rank, bytes);
     return ncclSystemError;
   }
-  l->piece = p;
+  *buf = p;
   return ncclSuccess;
+}
+
+static ncclResult_t lane_piece(const struct weft_host_run *r, struct weft_host_lane *l) {
+  return lane_buf(r, &l->piece, WEFT_HOST_PIECE_BYTES);
 }
 
 static ncclResult_t lane_scratch(const struct weft_host_run *r, struct weft_host_lane *l,
@@ -72,10 +82,23 @@ static void run_postop(const struct weft_host_run *r, char *dst, size_t bytes) {
 
 /* ---- Starting a step -------------------------------------------------------- */
 
-static void lane_rx_piece(struct weft_host_lane *l) {
+/* The next piece of the step into buf (cap bytes). */
+static void lane_rx_next(struct weft_host_lane *l, char *buf, size_t cap) {
   size_t n = l->rx_total - l->rx_off;
-  if (n > WEFT_HOST_PIECE_BYTES) n = WEFT_HOST_PIECE_BYTES;
-  l->rx = (struct weft_xfer){l->rx.conn, l->piece, n, 0};
+  if (n > cap) n = cap;
+  l->rx = (struct weft_xfer){l->rx.conn, buf, n, 0};
+}
+
+static void lane_rx_piece(struct weft_host_lane *l) {
+  lane_rx_next(l, l->piece, WEFT_HOST_PIECE_BYTES);
+}
+
+/* Whether n bytes may land at dst: they miss what the step's send (the
+ * header first, then tx) has still to read. */
+static int lane_guard_clear(const struct weft_host_lane *l, const char *dst, size_t n) {
+  uintptr_t at = (uintptr_t)dst, base = (uintptr_t)l->tx_data;
+  size_t sent = l->tx_hdr ? 0 : l->tx.done;
+  return sent >= l->tx_bytes || at + n <= base + sent || at >= base + l->tx_bytes;
 }
 
 static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
@@ -238,6 +261,12 @@ static ncclResult_t lane_rx_header(struct weft_host_run *r, struct weft_host_lan
          c->rank, (unsigned long long)r->seq, c->peer, c->channel);
     return ncclInvalidUsage;
   }
+  if (sent == posted && st->recv_bytes > 0 && r->rx_guard != NULL && r->rx_guard[st->dst_buf]) {
+    WEFT_CHECK(lane_buf(r, &l->guard, WEFT_HOST_GUARD_BYTES));
+    l->rx_mode = WEFT_HOST_RX_GUARD;
+    lane_rx_next(l, l->guard, WEFT_HOST_GUARD_BYTES);
+    return ncclSuccess;
+  }
   if (sent == posted) {
     l->rx_mode = st->recv_bytes > 0 ? WEFT_HOST_RX_COPY : WEFT_HOST_RX_NONE;
     l->rx = (struct weft_xfer){l->rx.conn, l->rx_dst, st->recv_bytes, 0};
@@ -269,6 +298,16 @@ static ncclResult_t lane_rx(struct weft_host_run *r, struct weft_host_lane *l, i
     case WEFT_HOST_RX_RECORD:
       WEFT_CHECK(lane_rx_record(r, l));
       continue;
+    case WEFT_HOST_RX_GUARD:
+      if (!lane_guard_clear(l, l->rx_dst + l->rx_off, n)) return ncclSuccess;
+      memcpy(l->rx_dst + l->rx_off, l->guard, n);
+      l->rx_off += n;
+      *moved = 1;
+      if (l->rx_off < l->rx_total) {
+        lane_rx_next(l, l->guard, WEFT_HOST_GUARD_BYTES);
+        continue;
+      }
+      break;
     case WEFT_HOST_RX_REDUCE: {
       const struct weft_step *st = &l->lane->steps[l->step];
       char *dst = l->rx_dst + l->rx_off;

@@ -133,6 +133,7 @@ static ncclResult_t task_run_p2p(struct weft_host_engine *h, struct weft_host_ta
                             .nbufs = task->nbufs,
                             .is_p2p = 1,
                             .p2p = task->p2p,
+                            .rx_guard = task->rx_guard,
                             .datatype = ncclUint8,
                             .op = ncclSum,
                             .esize = 1,
@@ -212,6 +213,7 @@ void weft__host_worker_free(struct weft_host_worker *w) {
     struct weft_host_slot *slot = &w->slots[k];
     for (int i = 0; i < slot->cap; i++) {
       free(slot->lanes[i].piece);
+      free(slot->lanes[i].guard);
       free(slot->lanes[i].scratch);
     }
     free(slot->lanes);
