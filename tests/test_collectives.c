@@ -391,6 +391,27 @@ static int exchange_inplace_unequal(struct ctx *c, const struct bufs *b) {
   return check_poison(c, b->recv, span, GUARD, "guard");
 }
 
+/* SendRecv with a partner (rank ^ 1), large enough for single-copy shared
+ * memory: the even rank on one buffer, the odd rank from another, so only
+ * one side offers the host engine's swap and the pair must fall back to
+ * moving the bytes through the link. */
+static int exchange_one_side_inplace(struct ctx *c, const struct bufs *b) {
+  int me = c->rank, peer = me ^ 1;
+  size_t s = c->t->d->size, count = LARGE_COUNT;
+  if (peer >= c->nranks) return 0;
+  p2p_label(c, "exchange, in place on the even rank only", count, -1);
+  unsigned char *sb = me % 2 ? b->send : b->recv;
+  memset(b->recv, poison_byte(c->t->d), (count + GUARD) * s);
+  fill(c->t, me, sb, 0, count);
+  HNCCL(ncclGroupStart());
+  HNCCL(ncclSend(sb, count, c->t->d->type, peer, c->comm, NULL));
+  HNCCL(ncclRecv(b->recv, count, c->t->d->type, peer, c->comm, NULL));
+  HNCCL(ncclGroupEnd());
+  if (check_elems(c, b->recv, 0, count, peer, 0)) return 1;
+  if (me % 2 && check_elems(c, b->send, 0, count, me, 0)) return 1;
+  return check_poison(c, b->recv, count, GUARD, "guard");
+}
+
 /* ncclAlltoAll: block p of rank r's input (positions p*count...) lands in
  * block r of rank p's output. */
 static int alltoall(struct ctx *c, const struct bufs *b, size_t count) {
@@ -526,7 +547,9 @@ static int p2p_matrix(struct ctx *c, const struct bufs *b, uint32_t *salt) {
   /* One large all-to-all. */
   table_build(c->t, dtype_find(ncclFloat32), ncclSum, c->nranks, (*salt)++);
   size_t large = (LARGE_COUNT / (size_t)c->nranks) | 1;
-  if (ring_exchange_inplace(c, b, LARGE_COUNT) || exchange_inplace_unequal(c, b)) return 1;
+  if (ring_exchange_inplace(c, b, LARGE_COUNT) || exchange_inplace_unequal(c, b) ||
+      exchange_one_side_inplace(c, b))
+    return 1;
   return alltoall(c, b, large) || alltoall_inplace(c, b, large);
 }
 

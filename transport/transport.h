@@ -72,6 +72,15 @@ struct weft_transport_ops {
    * then yields and naps). */
   int (*wait_fd)(const struct weft_conn *conn);
   ncclResult_t (*close)(struct weft_conn *conn);
+  /* Optional (NULL: none), on a receive conn: the peer's memory, reached
+   * directly where the transport can (shm, where the peer's memory can be
+   * read and written: process_vm_readv/writev). peer_mem_min is the
+   * smallest transfer worth it, 0 where it cannot; peer_mem copies n
+   * bytes between local and the peer's address remote: from there, or
+   * there when `write` is set. */
+  size_t (*peer_mem_min)(const struct weft_conn *conn);
+  ncclResult_t (*peer_mem)(struct weft_conn *conn, void *local, uint64_t remote, size_t n,
+                           int write);
 };
 
 extern const struct weft_transport_ops weft_net_socket_ops;

@@ -42,11 +42,12 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
     [WEFT_PARAM_SHM_CMA] =
         INT_ROW("WEFT_SHM_CMA", 1, -1, 1, "1",
                 "1: large shared-memory sends are read once, straight from the sender "
-                "(process_vm_readv); 0: always copy through the segment; -1 (tests): make the "
-                "probe fail"),
+                "(process_vm_readv), and in-place exchanges of host ranks are swapped "
+                "directly (process_vm_readv/writev); 0: always copy through the segment; -1 "
+                "(tests): make the probe fail"),
     [WEFT_PARAM_SHM_CMA_MIN] = INT_ROW("WEFT_SHM_CMA_MIN", 262144, 0, 1099511627776LL, "262144",
-                                       "shared-memory sends of this many bytes or more go "
-                                       "single-copy"),
+                                       "shared-memory sends (and in-place swaps) of this "
+                                       "many bytes or more go single-copy"),
     [WEFT_PARAM_SOCKET_FAMILY_V6] =
         BOOL_ROW("WEFT_SOCKET_IPV6", 0,
                  "1: try IPv6 addresses first (interfaces and host names); weft's older knob, "

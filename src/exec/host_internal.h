@@ -27,13 +27,15 @@
 /* What a lane's receive does with the bytes of the current step. */
 enum weft_host_rx {
   WEFT_HOST_RX_NONE,
-  WEFT_HOST_RX_COPY,   /* straight into dst */
-  WEFT_HOST_RX_REDUCE, /* a piece at a time into `piece`, then reduced into dst */
-  WEFT_HOST_RX_HDR,    /* a send/recv header, before the data */
-  WEFT_HOST_RX_DRAIN,  /* a mismatched send's bytes, discarded */
-  WEFT_HOST_RX_RECORD, /* a call record, before the data (framed runs) */
-  WEFT_HOST_RX_GUARD,  /* a piece at a time into `guard`, copied to dst once the
-                          step's send (same start) has read past it */
+  WEFT_HOST_RX_COPY,    /* straight into dst */
+  WEFT_HOST_RX_REDUCE,  /* a piece at a time into `piece`, then reduced into dst */
+  WEFT_HOST_RX_HDR,     /* a send/recv header, before the data */
+  WEFT_HOST_RX_DRAIN,   /* a mismatched send's bytes, discarded */
+  WEFT_HOST_RX_RECORD,  /* a call record, before the data (framed runs) */
+  WEFT_HOST_RX_GUARD,   /* a piece at a time into `guard`, copied to dst once the
+                           step's send (same start) has read past it */
+  WEFT_HOST_RX_SWAP,    /* a swap with the peer: this side's half, a piece at a time */
+  WEFT_HOST_RX_SWAPPED, /* the peer's word that its half is done */
 };
 
 /* What a rank was called with (host_check.c). Framed runs (the call check,
@@ -61,10 +63,13 @@ struct weft_host_lane {
   const struct weft_lane *lane;
   size_t step;  /* the step in progress, or nsteps when done */
   int started;  /* the step's transfers are set up */
-  /* Send: a send/recv header (tx_hdr) goes before the data. */
+  /* Send: a send/recv header (tx_hdr) goes before the data; after a
+   * header that offers a swap (host_run.c), the data waits (tx_hold) for
+   * the peer's header. */
   struct weft_xfer tx;
   int tx_hdr;
-  uint64_t tx_hdr_val;
+  int tx_hold;
+  uint64_t tx_hdr_val[2];
   char *tx_data;
   size_t tx_bytes;
   /* Receive. */
@@ -74,8 +79,13 @@ struct weft_host_lane {
   const char *rx_local;
   size_t rx_total; /* bytes of the step (or of the drain) */
   size_t rx_off;   /* bytes already landed and reduced or drained */
-  uint64_t rx_hdr_val;
+  uint64_t rx_hdr_val[2];
   int skip_buf; /* p2p: later receives of this op are skipped (-1: none) */
+  /* A swap: the peer's buffer, this side's half [swap_off, swap_end) and
+   * the words that say a half is done. */
+  uint64_t swap_peer;
+  size_t swap_off, swap_end;
+  uint64_t swap_done_tx, swap_done_rx;
   /* A LOCAL copy beside a send, made a piece at a time between the
    * other lanes' turns (cp_left bytes still to copy); or, when the copy
    * pool takes it (cp_pooled), posted there as cp_job. */

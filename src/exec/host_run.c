@@ -17,10 +17,23 @@
  * to take bytes, which a bounce buffer always does, so the pair never
  * waits on itself.
  *
- * Grouped send/recv put an 8-byte header before each send's bytes: a magic
- * and the byte count. The receiver compares it with the count it posted;
- * on a mismatch it drains the sender's bytes (the link stays in step),
- * WARNs and the task ends in ncclInvalidUsage. */
+ * Grouped send/recv put a 16-byte header before each send's bytes: a magic
+ * and the byte count, and a word that offers a swap. The receiver compares
+ * the count with the one it posted; on a mismatch it drains the sender's
+ * bytes (the link stays in step), WARNs and the task ends in
+ * ncclInvalidUsage.
+ *
+ * A swap: where a guarded pair's link reaches the peer's memory (shm:
+ * process_vm_readv/writev; transport.h's peer_mem) and the exchange is at
+ * least peer_mem_min bytes, the header offers it: the SWAP bit and the
+ * buffer's address, and the data waits for the peer's header. When both
+ * offered and the sizes match, nothing goes through the link: each side
+ * takes half of the buffer (the lower rank the first half), and for each
+ * piece of it reads the peer's piece into the bounce buffer, writes its
+ * own into the peer's buffer and copies the bounce buffer into place;
+ * then each sends a word that its half is done and waits for the peer's.
+ * Each side touches only its half of both buffers, so the sides never
+ * wait on each other until the end. Otherwise the data goes as above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +48,9 @@
 #include "exec/reduce.h"
 
 #define HOST_P2P_MAGIC 0x5750u /* "WP", the header's top 16 bits */
-#define HOST_P2P_BYTES_MASK ((UINT64_C(1) << 48) - 1)
+#define HOST_P2P_SWAP (UINT64_C(1) << 47)
+#define HOST_P2P_BYTES_MASK (HOST_P2P_SWAP - 1)
+#define HOST_P2P_SWAPPED UINT64_C(0x5745465453574150) /* "WEFTSWAP": a half is done */
 
 /* ---- Buffers ------------------------------------------------------------- */
 
@@ -101,6 +116,20 @@ static int lane_guard_clear(const struct weft_host_lane *l, const char *dst, siz
   return sent >= l->tx_bytes || at + n <= base + sent || at >= base + l->tx_bytes;
 }
 
+/* Whether this step's header offers a swap: its receive is guarded (the
+ * same buffer as its send), both are one size, and the receive link
+ * reaches the peer's memory at that size. */
+static int lane_swap_offer(const struct weft_host_run *r, const struct weft_host_lane *l,
+                           const struct weft_step *st) {
+  if (!(st->flags & WEFT_STEP_RECV) || r->rx_guard == NULL || !r->rx_guard[st->dst_buf] ||
+      st->send_bytes != st->recv_bytes || st->send_bytes == 0)
+    return 0;
+  const struct weft_conn *c =
+      weft_comm_conn(r->h->comm, l->lane->channel, st->recv_peer, WEFT_CONN_RECV);
+  size_t min = c->ops->peer_mem_min != NULL ? c->ops->peer_mem_min(c) : 0;
+  return min > 0 && st->send_bytes >= min;
+}
+
 static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
                             const struct weft_step *st) {
   struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->send_peer, WEFT_CONN_SEND);
@@ -112,8 +141,11 @@ static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
     l->tx = (struct weft_xfer){c, (char *)&r->records[r->h->comm->rank], sizeof(*r->records), 0};
   } else if (r->is_p2p && st->send_off == 0) {
     l->tx_hdr = 1;
-    l->tx_hdr_val = ((uint64_t)HOST_P2P_MAGIC << 48) | (uint64_t)r->p2p[st->send_buf].bytes;
-    l->tx = (struct weft_xfer){c, (char *)&l->tx_hdr_val, sizeof(l->tx_hdr_val), 0};
+    l->tx_hold = lane_swap_offer(r, l, st);
+    l->tx_hdr_val[0] = ((uint64_t)HOST_P2P_MAGIC << 48) | (uint64_t)r->p2p[st->send_buf].bytes |
+                       (l->tx_hold ? HOST_P2P_SWAP : 0);
+    l->tx_hdr_val[1] = l->tx_hold ? (uint64_t)(uintptr_t)l->tx_data : 0;
+    l->tx = (struct weft_xfer){c, (char *)l->tx_hdr_val, sizeof(l->tx_hdr_val), 0};
   } else {
     l->tx = (struct weft_xfer){c, l->tx_data, l->tx_bytes, 0};
   }
@@ -149,7 +181,7 @@ static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_la
     l->rx_mode = WEFT_HOST_RX_NONE; /* the rest of an op already drained */
   } else if (r->is_p2p && st->dst_off == 0) {
     l->rx_mode = WEFT_HOST_RX_HDR;
-    l->rx = (struct weft_xfer){c, (char *)&l->rx_hdr_val, sizeof(l->rx_hdr_val), 0};
+    l->rx = (struct weft_xfer){c, (char *)l->rx_hdr_val, sizeof(l->rx_hdr_val), 0};
   } else {
     WEFT_CHECK(lane_rx_data(r, l, st));
   }
@@ -158,7 +190,7 @@ static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_la
 
 static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
   WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
-  if (l->tx_hdr && !weft_xfer_pending(&l->tx)) {
+  if (l->tx_hdr && !l->tx_hold && !weft_xfer_pending(&l->tx)) {
     l->tx_hdr = 0;
     l->tx = (struct weft_xfer){l->tx.conn, l->tx_data, l->tx_bytes, 0};
     WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
@@ -193,6 +225,7 @@ static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_la
   l->tx = (struct weft_xfer){0};
   l->rx = (struct weft_xfer){0};
   l->tx_hdr = 0;
+  l->tx_hold = 0;
   l->rx_mode = WEFT_HOST_RX_NONE;
   l->cp_left = 0;
   if (st->flags & WEFT_STEP_LOCAL) lane_start_local(r, l, st);
@@ -249,17 +282,61 @@ static ncclResult_t lane_rx_record(struct weft_host_run *r, struct weft_host_lan
   return ncclSuccess;
 }
 
+/* Both sides offered a swap: the send moves nothing through the link, and
+ * this side takes its half. */
+static ncclResult_t lane_swap_start(struct weft_host_run *r, struct weft_host_lane *l) {
+  const struct weft_conn *c = l->rx.conn;
+  size_t half = l->rx_total / 2 / 64 * 64;
+  WEFT_CHECK(lane_buf(r, &l->guard, WEFT_HOST_GUARD_BYTES));
+  l->tx_hdr = 0;
+  l->tx = (struct weft_xfer){l->tx.conn, NULL, 0, 0};
+  l->swap_peer = l->rx_hdr_val[1];
+  l->swap_off = c->rank < c->peer ? 0 : half;
+  l->swap_end = c->rank < c->peer ? half : l->rx_total;
+  l->rx_mode = WEFT_HOST_RX_SWAP;
+  l->rx = (struct weft_xfer){l->rx.conn, NULL, 0, 0};
+  return ncclSuccess;
+}
+
+/* One piece of this side's half of a swap: the peer's piece into the
+ * bounce buffer, this side's into the peer's buffer, the bounce buffer
+ * into place. When the half is done, the word that says so goes out and
+ * the peer's is awaited. */
+static ncclResult_t lane_swap_piece(struct weft_host_lane *l) {
+  struct weft_conn *c = l->rx.conn;
+  if (l->swap_off < l->swap_end) {
+    size_t n = l->swap_end - l->swap_off;
+    if (n > WEFT_HOST_GUARD_BYTES) n = WEFT_HOST_GUARD_BYTES;
+    char *mine = l->rx_dst + l->swap_off;
+    uint64_t theirs = l->swap_peer + l->swap_off;
+    WEFT_CHECK(c->ops->peer_mem(c, l->guard, theirs, n, 0));
+    WEFT_CHECK(c->ops->peer_mem(c, mine, theirs, n, 1));
+    memcpy(mine, l->guard, n);
+    l->swap_off += n;
+    return ncclSuccess;
+  }
+  l->swap_done_tx = HOST_P2P_SWAPPED;
+  l->tx = (struct weft_xfer){l->tx.conn, (char *)&l->swap_done_tx, sizeof(l->swap_done_tx), 0};
+  l->rx = (struct weft_xfer){c, (char *)&l->swap_done_rx, sizeof(l->swap_done_rx), 0};
+  l->rx_mode = WEFT_HOST_RX_SWAPPED;
+  return ncclSuccess;
+}
+
 /* A send/recv header arrived: receive the data, or drain a mismatch. */
 static ncclResult_t lane_rx_header(struct weft_host_run *r, struct weft_host_lane *l) {
   const struct weft_step *st = &l->lane->steps[l->step];
   const struct weft_conn *c = l->rx.conn;
-  uint64_t v = l->rx_hdr_val;
+  uint64_t v = l->rx_hdr_val[0];
   size_t sent = (size_t)(v & HOST_P2P_BYTES_MASK), posted = r->p2p[st->dst_buf].bytes;
   if ((v >> 48) != HOST_P2P_MAGIC) {
     WARN("rank %d: send/recv #%llu: what rank %d sent on channel %d is not a send (the ranks' "
          "calls are out of step: a collective on one, send/recv on the other?)",
          c->rank, (unsigned long long)r->seq, c->peer, c->channel);
     return ncclInvalidUsage;
+  }
+  if (l->tx_hold) { /* this side offered a swap */
+    l->tx_hold = 0;
+    if ((v & HOST_P2P_SWAP) && sent == posted) return lane_swap_start(r, l);
   }
   if (sent == posted && st->recv_bytes > 0 && r->rx_guard != NULL && r->rx_guard[st->dst_buf]) {
     WEFT_CHECK(lane_buf(r, &l->guard, WEFT_HOST_GUARD_BYTES));
@@ -298,6 +375,20 @@ static ncclResult_t lane_rx(struct weft_host_run *r, struct weft_host_lane *l, i
     case WEFT_HOST_RX_RECORD:
       WEFT_CHECK(lane_rx_record(r, l));
       continue;
+    case WEFT_HOST_RX_SWAP:
+      WEFT_CHECK(lane_swap_piece(l));
+      *moved = 1;
+      if (l->rx_mode == WEFT_HOST_RX_SWAP) return ncclSuccess; /* one piece a turn */
+      continue;
+    case WEFT_HOST_RX_SWAPPED:
+      if (l->swap_done_rx != HOST_P2P_SWAPPED) {
+        WARN(
+            "rank %d: send/recv #%llu: rank %d did not end its half of an in-place exchange "
+            "on channel %d with the word that says so; the ranks are out of step",
+            l->rx.conn->rank, (unsigned long long)r->seq, l->rx.conn->peer, l->rx.conn->channel);
+        return ncclInternalError;
+      }
+      break;
     case WEFT_HOST_RX_GUARD:
       if (!lane_guard_clear(l, l->rx_dst + l->rx_off, n)) return ncclSuccess;
       memcpy(l->rx_dst + l->rx_off, l->guard, n);
@@ -398,6 +489,7 @@ ncclResult_t weft__host_run_prepare(struct weft_host_run *r) {
     l->cp_left = 0;
     l->tx = (struct weft_xfer){0};
     l->rx = (struct weft_xfer){0};
+    l->tx_hold = 0;
     l->rx_mode = WEFT_HOST_RX_NONE;
     WEFT_CHECK(lane_scratch(r, l, l->lane->scratch_bytes));
   }

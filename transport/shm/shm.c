@@ -23,6 +23,9 @@
  * order. The receiver's connect probes process_vm_readv on a word of the
  * sender's; where the kernel refuses (ptrace restrictions, other pid
  * namespaces) the connection copies, as it does before the probe is in.
+ * The probe also writes the word back unchanged (process_vm_writev): where
+ * both work, the receive side offers the peer's memory to the engine
+ * (peer_mem, transport.h), which swaps in-place exchanges through it.
  *
  * For callers (src/core/connect.c):
  * - The sender's connect never waits; the receiver's waits for its
@@ -63,7 +66,9 @@
 #define SHM_CMA_PROBE UINT64_C(0x57454654434d4131) /* "WEFTCMA1" */
 
 /* The word a receiver's probe reads from the sender's address space. */
-static const uint64_t shm_cma_probe_word = SHM_CMA_PROBE;
+/* Not const: the receiver's probe writes it back as it found it, to learn
+ * whether it may write this process's memory too (peer_mem). */
+static uint64_t shm_cma_probe_word = SHM_CMA_PROBE;
 
 struct shm_handle {
   uint32_t magic;
@@ -92,6 +97,7 @@ struct shm_conn {
   uint64_t cma_total; /* bytes of those descriptors */
   uint64_t cma_min;   /* sender: smallest send that goes single-copy; 0: never */
   int cma_on;         /* sender: the receiver's probe succeeded */
+  int peer_rw;        /* receiver: the probe read and wrote the sender's memory */
   int cma_active;     /* sender: a descriptor is out; receiver: one is being read */
   size_t cma_done0;   /* sender: *done when the descriptor went out */
   uint64_t cma_ring_pos, cma_addr, cma_bytes, cma_cursor; /* receiver: the one being read */
@@ -302,6 +308,9 @@ static void shm_cma_probe(struct weft_conn *conn, struct shm_conn *st) {
       state = WEFT_SHM_CMA_ON;
     else
       why = n < 0 ? strerror(errno) : "the probe read the wrong bytes";
+    /* The same word written back unchanged: may peer_mem write there? */
+    st->peer_rw = state == WEFT_SHM_CMA_ON && process_vm_writev(st->peer_pid, &local, 1, &remote, 1,
+                                                                0) == (ssize_t)sizeof(word);
   }
   if (why != NULL)
     INFO(WEFT_SHM | WEFT_INIT,
@@ -449,6 +458,40 @@ static ncclResult_t shm_send(struct weft_conn *conn, const void *buf, size_t byt
   return shm_stalled(conn, st, &st->seg.hdr->head);
 }
 
+/* Copies up to n bytes between local and the peer's address remote (into
+ * the peer's memory when `write` is set); *got: how many (at least 1). */
+static ncclResult_t shm_peer_copy(struct weft_conn *conn, const struct shm_conn *st, void *local,
+                                  uint64_t remote, size_t n, int write, size_t *got) {
+  void *far = (void *)(uintptr_t)remote;
+  ssize_t k;
+  if (st->peer_pid == (int)getpid()) {
+    memcpy(write ? far : local, write ? local : far, n); /* ranks as threads of one process */
+    k = (ssize_t)n;
+  } else {
+    struct iovec mine = {local, n}, theirs = {far, n};
+    do {
+      k = write ? process_vm_writev(st->peer_pid, &mine, 1, &theirs, 1, 0)
+                : process_vm_readv(st->peer_pid, &mine, 1, &theirs, 1, 0);
+    } while (k < 0 && errno == EINTR);
+  }
+  if (k <= 0) {
+    int err = k < 0 ? errno : EFAULT;
+    if (err == ESRCH) {
+      WARN("shm: rank %d (pid %d) exited; rank %d cannot exchange with it on channel %d",
+           conn->peer, st->peer_pid, conn->rank, conn->channel);
+      weft_failure_note(conn->peer, WEFT_FAIL_DIED, "its process %d exited (shm, channel %d)",
+                        st->peer_pid, conn->channel);
+      return ncclRemoteError;
+    }
+    WARN("shm: rank %d: %s %zu bytes %s rank %d (pid %d, channel %d) failed: %s", conn->rank,
+         write ? "writing" : "reading", n, write ? "to" : "from", conn->peer, st->peer_pid,
+         conn->channel, strerror(err));
+    return ncclSystemError;
+  }
+  *got = (size_t)k;
+  return ncclSuccess;
+}
+
 /* Receiver, with no ring bytes to read: reads up to `want` bytes of the
  * sender's descriptor into dst, once the ring bytes before it are read.
  * A pending descriptor always follows every ring byte published so far
@@ -469,30 +512,8 @@ static ncclResult_t shm_recv_cma(struct weft_conn *conn, struct shm_conn *st, ch
   if (st->cma_ring_pos != st->pos) return ncclSuccess; /* ring bytes come first */
   uint64_t n = st->cma_bytes - st->cma_cursor;
   if (n > want) n = want;
-  void *src = (void *)(uintptr_t)(st->cma_addr + st->cma_cursor);
-  ssize_t got;
-  if (st->peer_pid == (int)getpid()) {
-    memcpy(dst, src, n); /* both ends in this process (ranks as threads) */
-    got = (ssize_t)n;
-  } else {
-    struct iovec local = {dst, n}, remote = {src, n};
-    do {
-      got = process_vm_readv(st->peer_pid, &local, 1, &remote, 1, 0);
-    } while (got < 0 && errno == EINTR);
-  }
-  if (got <= 0) {
-    int err = got < 0 ? errno : EFAULT;
-    if (err == ESRCH) {
-      WARN("shm: rank %d (pid %d) exited; rank %d cannot receive from it on channel %d",
-           conn->peer, st->peer_pid, conn->rank, conn->channel);
-      weft_failure_note(conn->peer, WEFT_FAIL_DIED, "its process %d exited (shm, channel %d)",
-                        st->peer_pid, conn->channel);
-      return ncclRemoteError;
-    }
-    WARN("shm: rank %d: reading %" PRIu64 " bytes from rank %d (pid %d, channel %d) failed: %s",
-         conn->rank, n, conn->peer, st->peer_pid, conn->channel, strerror(err));
-    return ncclSystemError;
-  }
+  size_t got;
+  WEFT_CHECK(shm_peer_copy(conn, st, dst, st->cma_addr + st->cma_cursor, n, 0, &got));
   st->cma_cursor += (uint64_t)got;
   st->cma_total += (uint64_t)got;
   if (st->cma_cursor == st->cma_bytes) {
@@ -539,6 +560,24 @@ static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, si
   return shm_stalled(conn, st, &st->seg.hdr->tail);
 }
 
+/* The peer's memory (transport.h), where the probe could read and write
+ * it: from WEFT_SHM_CMA_MIN bytes, like single-copy sends. */
+static size_t shm_peer_mem_min(const struct weft_conn *conn) {
+  const struct shm_conn *st = conn->priv;
+  if (conn->dir != WEFT_CONN_RECV || st == NULL || !st->peer_rw) return 0;
+  int64_t min = weft_param_int(WEFT_PARAM_SHM_CMA_MIN);
+  if (weft_param_int(WEFT_PARAM_SHM_CMA) == 0 || min < 0) return 0;
+  return min > 0 ? (size_t)min : 1;
+}
+
+static ncclResult_t shm_peer_mem(struct weft_conn *conn, void *local, uint64_t remote, size_t n,
+                                 int write) {
+  const struct shm_conn *st = conn->priv;
+  for (size_t done = 0, got; done < n; done += got)
+    WEFT_CHECK(shm_peer_copy(conn, st, (char *)local + done, remote + done, n - done, write, &got));
+  return ncclSuccess;
+}
+
 static int shm_wait_fd(const struct weft_conn *conn) {
   (void)conn;
   return -1;
@@ -571,4 +610,6 @@ const struct weft_transport_ops weft_shm_ops = {
     .recv = shm_recv,
     .wait_fd = shm_wait_fd,
     .close = shm_close,
+    .peer_mem_min = shm_peer_mem_min,
+    .peer_mem = shm_peer_mem,
 };
