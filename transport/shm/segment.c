@@ -101,6 +101,7 @@ static void shm_header_init(struct weft_shm_header *h, const struct weft_conn *c
   h->recv_pid = (int32_t)getpid();
   h->recv_rank = conn->rank;
   h->recv_pidns = weft__shm_pidns();
+  h->recv_map = (uint64_t)(uintptr_t)h;
   h->send_pidns = 0;
   atomic_init(&h->send_pid, 0);
   atomic_init(&h->closed, 0);

@@ -55,6 +55,10 @@
 #include "transport/shm/shm.h"
 #include "transport/transport.h"
 
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #define SHM_PAGE 4096
 #define SHM_MAX_SLOTS 4096
 /* Whole segments above this are a typo in the environment, not a plan. */
@@ -98,6 +102,7 @@ struct shm_conn {
   uint64_t cma_min;   /* sender: smallest send that goes single-copy; 0: never */
   int cma_on;         /* sender: the receiver's probe succeeded */
   int peer_rw;        /* receiver: the probe read and wrote the sender's memory */
+  void *tsan_key;     /* both ends in this process: the receiver's header mapping */
   int cma_active;     /* sender: a descriptor is out; receiver: one is being read */
   size_t cma_done0;   /* sender: *done when the descriptor went out */
   uint64_t cma_ring_pos, cma_addr, cma_bytes, cma_cursor; /* receiver: the one being read */
@@ -148,6 +153,30 @@ static void shm_conn_adopt(struct shm_conn *st) {
   st->slot_bytes = st->seg.hdr->slot_bytes;
   st->pos = 0;
   st->peer_pos = 0;
+  st->tsan_key =
+      st->seg.hdr->recv_pid == (int32_t)getpid() ? (void *)(uintptr_t)st->seg.hdr->recv_map : NULL;
+}
+
+/* Ranks that are threads of one process read each other's buffers
+ * (single copy, peer_mem) in an order the counters below publish; each
+ * thread maps the segment at its own address, so a thread sanitizer sees
+ * the release and the acquire on different words and no order. Under one,
+ * both ends also release and acquire on one address of the process (the
+ * receiver's mapping of the header). */
+static void shm_tsan_release(const struct shm_conn *st) {
+#if defined(__SANITIZE_THREAD__)
+  if (st->tsan_key != NULL) __tsan_release(st->tsan_key);
+#else
+  (void)st;
+#endif
+}
+
+static void shm_tsan_acquire(const struct shm_conn *st) {
+#if defined(__SANITIZE_THREAD__)
+  if (st->tsan_key != NULL) __tsan_acquire(st->tsan_key);
+#else
+  (void)st;
+#endif
 }
 
 /* Liveness checks only mean something when the peer is another process of
@@ -410,9 +439,11 @@ static size_t shm_send_cma(struct shm_conn *st, const void *buf, size_t bytes, s
     hdr->desc_bytes = bytes - *done;
     st->cma_active = 1;
     st->cma_done0 = *done;
+    shm_tsan_release(st);
     atomic_store_explicit(&hdr->desc_seq, ++st->cma_seq, memory_order_release);
   }
   uint64_t read = atomic_load_explicit(&hdr->cma_read, memory_order_acquire) - st->cma_total;
+  shm_tsan_acquire(st);
   size_t now = st->cma_done0 + (size_t)read, moved = now - *done;
   *done = now;
   if (read == hdr->desc_bytes) {
@@ -441,12 +472,14 @@ static ncclResult_t shm_send(struct weft_conn *conn, const void *buf, size_t byt
     uint64_t space = st->ring_bytes - (st->pos - st->peer_pos);
     if (space < n) {
       st->peer_pos = atomic_load_explicit(&st->seg.hdr->head, memory_order_acquire);
+      shm_tsan_acquire(st);
       space = st->ring_bytes - (st->pos - st->peer_pos);
       if (space == 0) break;
       if (n > space) n = space;
     }
     memcpy(st->seg.ring + off, (const char *)buf + *done, n);
     st->pos += n;
+    shm_tsan_release(st);
     atomic_store_explicit(&st->seg.hdr->tail, st->pos, memory_order_release);
     *done += n;
     moved += n;
@@ -503,6 +536,7 @@ static ncclResult_t shm_recv_cma(struct weft_conn *conn, struct shm_conn *st, ch
   if (!st->cma_active) {
     if (atomic_load_explicit(&hdr->desc_seq, memory_order_acquire) == st->cma_seq)
       return ncclSuccess;
+    shm_tsan_acquire(st);
     st->cma_ring_pos = hdr->desc_ring_pos;
     st->cma_addr = hdr->desc_addr;
     st->cma_bytes = hdr->desc_bytes;
@@ -520,6 +554,7 @@ static ncclResult_t shm_recv_cma(struct weft_conn *conn, struct shm_conn *st, ch
     st->cma_active = 0;
     st->cma_seq++;
   }
+  shm_tsan_release(st);
   atomic_store_explicit(&hdr->cma_read, st->cma_total, memory_order_release);
   *moved_out = (size_t)got;
   return ncclSuccess;
@@ -536,6 +571,7 @@ static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, si
     uint64_t avail = st->peer_pos - st->pos;
     if (avail < n) {
       st->peer_pos = atomic_load_explicit(&st->seg.hdr->tail, memory_order_acquire);
+      shm_tsan_acquire(st);
       avail = st->peer_pos - st->pos;
       if (avail == 0) {
         size_t got;
@@ -549,6 +585,7 @@ static ncclResult_t shm_recv(struct weft_conn *conn, void *buf, size_t bytes, si
     }
     memcpy((char *)buf + *done, st->seg.ring + off, n);
     st->pos += n;
+    shm_tsan_release(st);
     atomic_store_explicit(&st->seg.hdr->head, st->pos, memory_order_release);
     *done += n;
     moved += n;

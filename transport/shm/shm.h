@@ -14,7 +14,7 @@
 #include "transport/transport.h"
 
 #define WEFT_SHM_MAGIC 0x4d534657u /* "WFSM" */
-#define WEFT_SHM_VERSION 2u
+#define WEFT_SHM_VERSION 3u
 #define WEFT_SHM_DIR "/dev/shm"
 #define WEFT_SHM_NAME_MAX 96
 /* Two cache lines, so the adjacent-line prefetcher does not pull the other
@@ -41,6 +41,7 @@ struct weft_shm_header {
   int32_t recv_pid;
   int32_t recv_rank;
   uint64_t recv_pidns;                          /* pid namespace of recv_pid (0: unknown) */
+  uint64_t recv_map;                            /* where recv_pid mapped this header */
   uint64_t send_pidns;                          /* written before send_pid is published */
   _Atomic int32_t send_pid;                     /* 0 until the sender has mapped the segment */
   _Atomic int32_t closed;                       /* WEFT_SHM_CLOSED_* of the sides that closed */
