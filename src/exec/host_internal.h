@@ -19,7 +19,8 @@
  * below), so a piece takes whole messages. */
 #define WEFT_HOST_PIECE_BYTES (256u * 1024u)
 /* A guarded receive (weft_host_task.rx_guard) lands through a bounce
- * buffer of this size: a network message whole (net_conn.c's largest). */
+ * buffer of this size, a network message whole (net_conn.c's largest);
+ * a swap (host_run.c) moves its pieces through the same buffer. */
 #ifndef WEFT_HOST_GUARD_BYTES
 #define WEFT_HOST_GUARD_BYTES (1024u * 1024u)
 #endif
@@ -96,7 +97,7 @@ struct weft_host_lane {
   struct weft_host_copy cp_job;
   /* Engine-owned. */
   char *piece;
-  char *guard; /* WEFT_HOST_GUARD_BYTES, once a guarded receive needs it */
+  char *guard; /* WEFT_HOST_GUARD_BYTES, once a guarded receive or a swap needs it */
   char *scratch;
   size_t scratch_cap;
 };
