@@ -16,10 +16,14 @@
  * stream, as a call ends with its slowest channel. --deal C does the same
  * rounds, but a stream takes the round's next C bytes whenever it is free,
  * so no stream holds a fixed share (what dealing between channels could
- * reach).
+ * reach). --ends does the rounds with no word between the ends: the
+ * sending streams wait for each other after each round and so do the
+ * receiving ones, each side on its own, so a sender may run a round ahead
+ * as far as the sockets' buffers let it (a call whose ends do not wait for
+ * each other: a broadcast without the call check).
  *
  *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]
- *                    [--span S [--rounds | --deal C]]
+ *                    [--span S [--rounds | --deal C | --ends]]
  *       loopback: forks its own server on 127.0.0.1
  *   weft-tcp-streams --server [PORT]        (prints the port; runs until killed)
  *   weft-tcp-streams --client HOST:PORT [--streams ...]
@@ -55,6 +59,7 @@ struct opts {
   size_t span; /* 0: --bytes per stream, 4 MiB receive buffers */
   int rounds;  /* --rounds: the streams move --span in rounds, each ended by all */
   size_t deal; /* --deal C: in rounds, each stream takes the next C bytes when free */
+  int ends;    /* --ends: rounds ended by each side on its own, no acknowledgement */
   double seconds;
   int server;
   int port;
@@ -106,10 +111,10 @@ static void parse_streams(struct opts *o, const char *s) {
 static void usage(void) {
   fprintf(stderr,
           "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S "
-          "[--rounds | --deal C]]\n"
+          "[--rounds | --deal C | --ends]]\n"
           "       weft-tcp-streams --server [PORT]\n"
           "       weft-tcp-streams --client HOST:PORT [--streams ...] [--bytes ...] "
-          "[--seconds ...] [--span S [--rounds | --deal C]]\n");
+          "[--seconds ...] [--span S [--rounds | --deal C | --ends]]\n");
   exit(2);
 }
 
@@ -127,6 +132,8 @@ static void parse(int argc, char **argv, struct opts *o) {
       o->span = parse_size(v), i++;
     } else if (!strcmp(a, "--rounds")) {
       o->rounds = 1;
+    } else if (!strcmp(a, "--ends")) {
+      o->ends = 1, o->rounds = 1;
     } else if (!strcmp(a, "--deal") && v) {
       o->deal = parse_size(v), o->rounds = 1, i++;
     } else if (!strcmp(a, "--seconds") && v) {
@@ -143,16 +150,74 @@ static void parse(int argc, char **argv, struct opts *o) {
   }
   if (o->rounds && o->span == 0) {
     fprintf(stderr,
-            "weft-tcp-streams: --rounds and --deal need --span S (the bytes of one round)\n");
+            "weft-tcp-streams: --rounds, --deal and --ends need --span S (the bytes of one "
+            "round)\n");
+    exit(2);
+  }
+  if (o->ends && o->deal) {
+    fprintf(stderr, "weft-tcp-streams: --ends and --deal: choose one\n");
     exit(2);
   }
 }
 
 /* ---- Server ---------------------------------------------------------------- */
 
-/* The top bits of a stream's first 8 bytes: --rounds, --deal. */
+/* The top bits of a stream's first 8 bytes: --rounds, --deal, --ends.
+ * With ENDS_BIT a second 8 bytes follow: the point's id and its streams. */
 #define ROUNDS_BIT ((uint64_t)1 << 63)
 #define DEAL_BIT ((uint64_t)1 << 62)
+#define ENDS_BIT ((uint64_t)1 << 61)
+
+/* --ends: the receiving streams of one point wait for each other at the
+ * end of every round. A point's streams all connect before it starts,
+ * and the client runs one point at a time. */
+struct ends_group {
+  uint64_t id;
+  int k, arrived, users;
+  uint64_t gen;
+  struct ends_group *next;
+};
+static pthread_mutex_t ends_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ends_cond = PTHREAD_COND_INITIALIZER;
+static struct ends_group *ends_groups;
+
+static struct ends_group *ends_join(uint64_t id, int k) {
+  pthread_mutex_lock(&ends_lock);
+  struct ends_group *g = ends_groups;
+  while (g != NULL && g->id != id) g = g->next;
+  if (g == NULL && (g = calloc(1, sizeof(*g))) != NULL) {
+    g->id = id, g->k = k;
+    g->next = ends_groups;
+    ends_groups = g;
+  }
+  if (g != NULL) g->users++;
+  pthread_mutex_unlock(&ends_lock);
+  return g;
+}
+
+static void ends_wait(struct ends_group *g) {
+  pthread_mutex_lock(&ends_lock);
+  uint64_t gen = g->gen;
+  if (++g->arrived == g->k) {
+    g->arrived = 0;
+    g->gen++;
+    pthread_cond_broadcast(&ends_cond);
+  } else {
+    while (g->gen == gen) pthread_cond_wait(&ends_cond, &ends_lock);
+  }
+  pthread_mutex_unlock(&ends_lock);
+}
+
+static void ends_leave(struct ends_group *g) {
+  pthread_mutex_lock(&ends_lock);
+  if (--g->users == 0) {
+    struct ends_group **at = &ends_groups;
+    while (*at != g) at = &(*at)->next;
+    *at = g->next;
+    free(g);
+  }
+  pthread_mutex_unlock(&ends_lock);
+}
 
 /* --deal: chunks behind {offset, size} headers, a size of 0 ending the
  * stream's round (answered with a byte); each lands at its offset, modulo
@@ -174,8 +239,9 @@ static uint64_t serve_dealt(int fd, char *buf, size_t len) {
 }
 
 /* A stream's bytes into buf, over and over until EOF; with rounds, a
- * byte back each time buf is full (a round arrived). */
-static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds) {
+ * byte back each time buf is full (a round arrived), or with ends (a
+ * group), a wait for the point's other streams instead. */
+static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds, struct ends_group *ends) {
   uint64_t total = 0;
   size_t got = 0; /* of this round */
   for (;;) {
@@ -185,7 +251,10 @@ static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds) {
       got = rounds ? got + (size_t)n : 0;
       if (rounds && got == len) {
         got = 0;
-        if (send(fd, &got, 1, MSG_NOSIGNAL) != 1) break;
+        if (ends != NULL)
+          ends_wait(ends);
+        else if (send(fd, &got, 1, MSG_NOSIGNAL) != 1)
+          break;
       }
     } else if (n == 0 || errno != EINTR) {
       break;
@@ -204,17 +273,28 @@ static void *server_stream(void *arg) {
   uint64_t want = 0;
   if (recv(fd, &want, sizeof(want), MSG_WAITALL) != sizeof(want)) want = 0;
   int rounds = (want & ROUNDS_BIT) != 0, dealt = (want & DEAL_BIT) != 0;
-  want &= ~(ROUNDS_BIT | DEAL_BIT);
+  struct ends_group *ends = NULL;
+  if (want & ENDS_BIT) {
+    uint64_t point = 0;
+    if (recv(fd, &point, sizeof(point), MSG_WAITALL) != sizeof(point) ||
+        (ends = ends_join(point >> 16, (int)(point & 0xffff))) == NULL) {
+      close(fd);
+      return NULL;
+    }
+  }
+  want &= ~(ROUNDS_BIT | DEAL_BIT | ENDS_BIT);
   size_t len = want > 0 && want < ((uint64_t)1 << 34) ? (size_t)want : RECV_BUF;
   char *buf = malloc(len);
   uint64_t total = 0;
   if (buf == NULL) {
+    if (ends != NULL) ends_leave(ends);
     close(fd);
     return NULL;
   }
   memset(buf, 0, len);
   (void)!send(fd, &total, 1, MSG_NOSIGNAL); /* ready */
-  total = dealt ? serve_dealt(fd, buf, len) : serve_plain(fd, buf, len, rounds);
+  total = dealt ? serve_dealt(fd, buf, len) : serve_plain(fd, buf, len, rounds, ends);
+  if (ends != NULL) ends_leave(ends);
   (void)!send(fd, &total, sizeof(total), MSG_NOSIGNAL);
   close(fd);
   free(buf);
@@ -272,6 +352,9 @@ struct start {
   double end_s;
   /* --rounds: every stream's round ends before the next starts */
   int rounds;
+  /* --ends: no acknowledgement; the point's id and streams for the server */
+  int ends;
+  uint64_t point;
   pthread_barrier_t round;
   int stop; /* set between the round's two barriers */
   /* --deal: the round's bytes (span) dealt from next, deal at a time */
@@ -329,12 +412,14 @@ static void *client_stream(void *arg) {
   int fd = socket(s->addr.ss_family, SOCK_STREAM, 0);
   int up = fd >= 0 && connect(fd, (struct sockaddr *)&s->addr, s->addr_len) == 0;
   char ready;
-  uint64_t hello =
-      s->recv_buf | (s->start->rounds ? ROUNDS_BIT : 0) | (s->start->deal ? DEAL_BIT : 0);
+  uint64_t hello = s->recv_buf | (s->start->rounds ? ROUNDS_BIT : 0) |
+                   (s->start->deal ? DEAL_BIT : 0) | (s->start->ends ? ENDS_BIT : 0);
   /* --deal's headers and round ends are small writes: no Nagle delay */
   int one = 1;
   if (up && s->start->deal) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   up = up && send(fd, &hello, sizeof(hello), MSG_NOSIGNAL) == sizeof(hello) &&
+       (!s->start->ends ||
+        send(fd, &s->start->point, sizeof(s->start->point), MSG_NOSIGNAL) == sizeof(uint64_t)) &&
        recv(fd, &ready, 1, MSG_WAITALL) == 1;
   char *buf = malloc(s->bytes);
   if (buf != NULL) memset(buf, 0x5a, s->bytes);
@@ -348,7 +433,7 @@ static void *client_stream(void *arg) {
     if (!failed)
       failed = s->start->deal ? !send_dealt(fd, s->start) : !send_all(fd, buf, s->bytes, 0);
     if (s->start->rounds) {
-      if (!failed && recv(fd, &ready, 1, MSG_WAITALL) != 1) failed = 1;
+      if (!failed && !s->start->ends && recv(fd, &ready, 1, MSG_WAITALL) != 1) failed = 1;
       if (!round_end(s->start)) break;
     }
   }
@@ -397,6 +482,9 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   size_t share = o->span / (size_t)k;
   if (o->span > 0 && share == 0) share = 1;
   st.rounds = o->rounds;
+  st.ends = o->ends;
+  /* The point's id: the streams' count below a value of the clock. */
+  st.point = ((uint64_t)(now_s() * 1e6) << 16) | (uint64_t)k;
   st.stop = 0;
   /* --deal: chunks no larger than a stream's share (the server's buffer) */
   st.span = o->span;
@@ -489,6 +577,8 @@ int main(int argc, char **argv) {
         "bytes in all (--span)%s, %.1f s per point\n",
         o.client ? o.client : "loopback", o.span,
         o.deal     ? ", in rounds whose bytes go in --deal chunks to whichever stream is free"
+        : o.ends   ? ", in rounds each side ends on its own: the senders wait for each other, the "
+                     "receivers for each other, no word between them (--ends)"
         : o.rounds ? ", in rounds: each stream its share, then every share's arrival before "
                      "the next (--rounds, a broadcast's calls)"
                    : "",
