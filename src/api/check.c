@@ -142,6 +142,8 @@ static int device_reads_pageable(int dev) {
 static ncclResult_t check_reach_ask(const struct ncclComm *comm, const char *caller,
                                     const char *name, const void *p, uintptr_t *lo, uintptr_t *hi) {
   int dev = comm->cuda_dev;
+  /* The common case, memory of the rank's GPU, in one driver call. */
+  if (weft_device_own_alloc(p, dev, lo, hi)) return ncclSuccess;
   *lo = (uintptr_t)p;
   *hi = (uintptr_t)p + 1;
   struct cudaPointerAttributes attr;

@@ -104,14 +104,20 @@ void *weft_device_driver_symbol(const char *name, const char **why) {
 
 #if WEFT_HAVE_CUDA
 typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+typedef CUresult (*get_attrs_fn)(unsigned n, CUpointer_attribute *attrs, void **data,
+                                 CUdeviceptr ptr);
 static pthread_once_t get_range_once = PTHREAD_ONCE_INIT;
 static get_range_fn get_range;
+static get_attrs_fn get_attrs;
 
 static void get_range_find(void) {
   const char *why;
   void *fn = weft_device_driver_symbol("cuMemGetAddressRange", &why);
   memcpy(&get_range, &fn, sizeof(get_range));
   if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no cuMemGetAddressRange (%s)", why);
+  fn = weft_device_driver_symbol("cuPointerGetAttributes", &why);
+  memcpy(&get_attrs, &fn, sizeof(get_attrs));
+  if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no cuPointerGetAttributes (%s)", why);
 }
 #endif
 
@@ -128,6 +134,32 @@ int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi) {
   return 1;
 #else
   (void)p, (void)lo, (void)hi;
+  return 0;
+#endif
+}
+
+int weft_device_own_alloc(const void *p, int dev, uintptr_t *lo, uintptr_t *hi) {
+#if WEFT_HAVE_CUDA
+  pthread_once(&get_range_once, get_range_find);
+  if (get_attrs == NULL || p == NULL) return 0;
+  unsigned type = 0, managed = 0;
+  int ordinal = -1;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                 CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *data[] = {&type, &managed, &ordinal, &base, &size};
+  /* Memory CUDA does not know comes back as zeros, not as an error. */
+  if (get_attrs(5, attrs, data, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) return 0;
+  if (type != CU_MEMORYTYPE_DEVICE || managed || ordinal != dev) return 0;
+  if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base >= size) return 0;
+  *lo = (uintptr_t)base;
+  *hi = (uintptr_t)base + size;
+  return 1;
+#else
+  (void)p, (void)dev, (void)lo, (void)hi;
   return 0;
 #endif
 }

@@ -22,5 +22,9 @@ void *weft_device_driver_symbol(const char *name, const char **why);
  * driver says (cuMemGetAddressRange), 0 when it cannot (not device memory,
  * no such entry point, no CUDA). */
 int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi);
+/* 1 when p is device memory of GPU dev (not managed memory), with its
+ * allocation as [*lo, *hi), in one driver call (cuPointerGetAttributes);
+ * 0 otherwise: other memory, or no such entry point, or no CUDA. */
+int weft_device_own_alloc(const void *p, int dev, uintptr_t *lo, uintptr_t *hi);
 
 #endif
