@@ -208,8 +208,15 @@ static void ends_wait(struct ends_group *g) {
   pthread_mutex_unlock(&ends_lock);
 }
 
+/* A stream that ends (its last round done, or failed) no longer counts
+ * in the group's waits, so the others never wait for it. */
 static void ends_leave(struct ends_group *g) {
   pthread_mutex_lock(&ends_lock);
+  if (--g->k > 0 && g->arrived >= g->k) {
+    g->arrived = 0;
+    g->gen++;
+    pthread_cond_broadcast(&ends_cond);
+  }
   if (--g->users == 0) {
     struct ends_group **at = &ends_groups;
     while (*at != g) at = &(*at)->next;
