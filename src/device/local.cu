@@ -154,7 +154,6 @@ struct direct_launch {
  * "Fifteenth pass"). Words of 16 bytes, four in flight per thread. */
 #define COPY_KERNEL_MAX (64u << 10)
 #define COPY_BYTES_MAX 2048u /* not 16-byte aligned: byte by byte, this far */
-#define COPY_MAX_BLOCKS 132  /* an H100's or H200's SMs */
 
 template <typename W>
 __global__ void __launch_bounds__(LOCAL_THREADS) copy_kernel(W *dst, const W *src, size_t n) {
@@ -175,9 +174,11 @@ static cudaError_t copy_launch(void *dst, const void *src, size_t bytes, cudaStr
   W *d = (W *)dst;
   const W *s = (const W *)src;
   size_t n = bytes / sizeof(W);
+  /* 16 words a thread (four passes of four), bytes four: at most 64 KiB
+   * (COPY_KERNEL_MAX) takes one CTA, at most 2 KiB in bytes two. */
   size_t per_block = (size_t)LOCAL_THREADS * 4 * (sizeof(W) == 1 ? 1 : 4);
   size_t blocks = (n + per_block - 1) / per_block;
-  blocks = blocks < 1 ? 1 : blocks > COPY_MAX_BLOCKS ? COPY_MAX_BLOCKS : blocks;
+  if (blocks < 1) blocks = 1;
   void *args[] = {&d, &s, &n};
   return cudaLaunchKernel((const void *)copy_kernel<W>, dim3((unsigned)blocks),
                           dim3(LOCAL_THREADS), args, 0, stream);
