@@ -106,32 +106,42 @@ void *weft_device_driver_symbol(const char *name, const char **why) {
 typedef CUresult (*get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
 typedef CUresult (*get_attrs_fn)(unsigned n, CUpointer_attribute *attrs, void **data,
                                  CUdeviceptr ptr);
-static pthread_once_t get_range_once = PTHREAD_ONCE_INIT;
+/* The driver's entry points for buffers, looked up once. */
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static get_range_fn get_range;
 static get_attrs_fn get_attrs;
 
-static void get_range_find(void) {
+static void *driver_entry(const char *name) {
   const char *why;
-  void *fn = weft_device_driver_symbol("cuMemGetAddressRange", &why);
+  void *fn = weft_device_driver_symbol(name, &why);
+  if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no %s (%s)", name, why);
+  return fn;
+}
+
+static void driver_find(void) {
+  void *fn = driver_entry("cuMemGetAddressRange");
   memcpy(&get_range, &fn, sizeof(get_range));
-  if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no cuMemGetAddressRange (%s)", why);
-  fn = weft_device_driver_symbol("cuPointerGetAttributes", &why);
+  fn = driver_entry("cuPointerGetAttributes");
   memcpy(&get_attrs, &fn, sizeof(get_attrs));
-  if (fn == NULL) INFO(WEFT_INIT, "the CUDA driver has no cuPointerGetAttributes (%s)", why);
+}
+
+/* 1, with [*lo, *hi) the allocation, when [base, base + size) holds p. */
+static int range_holds(const void *p, CUdeviceptr base, size_t size, uintptr_t *lo, uintptr_t *hi) {
+  if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base >= size) return 0;
+  *lo = (uintptr_t)base;
+  *hi = (uintptr_t)base + size;
+  return 1;
 }
 #endif
 
 int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi) {
 #if WEFT_HAVE_CUDA
-  pthread_once(&get_range_once, get_range_find);
+  pthread_once(&driver_once, driver_find);
   CUdeviceptr base = 0;
   size_t size = 0;
   if (get_range == NULL || get_range(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
     return 0;
-  if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base >= size) return 0;
-  *lo = (uintptr_t)base;
-  *hi = (uintptr_t)base + size;
-  return 1;
+  return range_holds(p, base, size, lo, hi);
 #else
   (void)p, (void)lo, (void)hi;
   return 0;
@@ -140,7 +150,7 @@ int weft_device_alloc_range(const void *p, uintptr_t *lo, uintptr_t *hi) {
 
 int weft_device_own_alloc(const void *p, int dev, uintptr_t *lo, uintptr_t *hi) {
 #if WEFT_HAVE_CUDA
-  pthread_once(&get_range_once, get_range_find);
+  pthread_once(&driver_once, driver_find);
   if (get_attrs == NULL || p == NULL) return 0;
   unsigned type = 0, managed = 0;
   int ordinal = -1;
@@ -154,10 +164,7 @@ int weft_device_own_alloc(const void *p, int dev, uintptr_t *lo, uintptr_t *hi) 
   /* Memory CUDA does not know comes back as zeros, not as an error. */
   if (get_attrs(5, attrs, data, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) return 0;
   if (type != CU_MEMORYTYPE_DEVICE || managed || ordinal != dev) return 0;
-  if ((uintptr_t)p < (uintptr_t)base || (uintptr_t)p - (uintptr_t)base >= size) return 0;
-  *lo = (uintptr_t)base;
-  *hi = (uintptr_t)base + size;
-  return 1;
+  return range_holds(p, base, size, lo, hi);
 #else
   (void)p, (void)dev, (void)lo, (void)hi;
   return 0;
