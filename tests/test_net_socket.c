@@ -3,9 +3,9 @@
  * a forked child sends (forked before either starts a helper thread; the
  * handle crosses a pipe). Messages of 0 B..64 MiB with random contents,
  * many in flight, a send smaller and one larger than the receive, a
- * stranger at the listener, a peer killed mid-message, and the thread and
- * socket counts (1x1, 4x2). Parameters are read once per process, so each
- * test sets them before its fork (Check runs each test in its own fork). */
+ * stranger at the listener, a peer killed mid-message, a sender whose
+ * socket is full sleeping, and the thread and socket counts (1x1, 4x2). Parameters are read once
+ * per process, so each test sets them before its fork (Check runs each test in its own fork). */
 #include <check.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -426,6 +427,58 @@ START_TEST(test_chunks_to_free_sockets) {
 }
 END_TEST
 
+/* ---- A sender whose sockets are full sleeps ----------------------------------- */
+
+#define FULL_BYTES (32 * MIB)
+#define FULL_NAP_US (500 * 1000)
+
+static double cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* One message far larger than the sockets hold, while the receiver posts
+ * nothing: its helper reads the first chunk's header and parks, so the
+ * socket fills with chunks still queued. The child reports the CPU its
+ * process (the helper thread) used over FULL_NAP_US meanwhile. */
+static int send_full(void *comm, int fd) {
+  char *buf = malloc(FULL_BYTES);
+  fill(buf, FULL_BYTES, 11);
+  void *req = NULL;
+  while (req == NULL)
+    if (net->isend(comm, buf, FULL_BYTES, 0, NULL, &req) != ncclSuccess) return 0;
+  nap_us(200 * 1000); /* the socket fills */
+  double c0 = cpu_s();
+  nap_us(FULL_NAP_US);
+  double used = cpu_s() - c0;
+  if (write(fd, &used, sizeof(used)) != (ssize_t)sizeof(used)) return 0;
+  if (wait_req(req, NULL) != ncclSuccess) return 0;
+  free(buf);
+  return net->close_send(comm) == ncclSuccess;
+}
+
+/* A helper whose sockets are all full sleeps in poll() on them, however
+ * many chunks wait to be dealt (before 2026-12-06 it went round its loop,
+ * sendmsg failing with EAGAIN, until the receiver read: a core at 100%);
+ * the message then lands whole. */
+START_TEST(test_full_sockets_sleep) {
+  set_counts("1", "1");
+  struct pair p = pair_start(send_full);
+  void *comm = accept_comm(p.listen);
+  double used = -1;
+  ck_assert(read(p.back, &used, sizeof(used)) == (ssize_t)sizeof(used));
+  char *buf = malloc(FULL_BYTES);
+  recv_into(comm, buf, FULL_BYTES, ncclSuccess, FULL_BYTES, 11);
+  ck_assert_msg(used >= 0 && used < 0.1,
+                "a sender whose socket was full used %.3f s of CPU in %.1f s (it should sleep)",
+                used, FULL_NAP_US * 1e-6);
+  free(buf);
+  pair_finish(&p, comm);
+}
+END_TEST
+
 /* ---- A receive with a spare buffer -------------------------------------------- */
 
 static const size_t spare_sends[] = {1000, 3 * MIB, 150, 2 * MIB + 5, 64 * 1024 + 1};
@@ -741,6 +794,7 @@ static Suite *net_socket_suite(void) {
   tcase_add_test(tc, test_send_larger_chunked);
   tcase_add_test(tc, test_recv_spare);
   tcase_add_test(tc, test_chunks_to_free_sockets);
+  tcase_add_test(tc, test_full_sockets_sleep);
   tcase_add_test(tc, test_stranger_refused);
   tcase_add_loop_test(tc, test_peer_killed, 0, 2);
   tcase_add_loop_test(tc, test_receiver_closes, 0, 2);

@@ -227,7 +227,7 @@ static void *thread_main(void *arg) {
   struct pollfd p[WEFT_NS_MAX_SOCKS + 1];
   weft_log_set_helper();
   while (!atomic_load_explicit(&c->stop, memory_order_acquire)) {
-    int np = 0, busy = 0, parked = 0;
+    int np = 0, busy = 0, parked = 0, idle = 0;
     p[np++] = (struct pollfd){.fd = th->wake_fd, .events = POLLIN};
     for (int s = th->index; s < c->nsocks; s += c->nthreads) {
       struct weft_ns_sock *sk = &c->socks[s];
@@ -239,15 +239,20 @@ static void *thread_main(void *arg) {
         p[np++] = (struct pollfd){.fd = sk->fd, .events = sk->is_send ? POLLOUT : POLLIN};
       busy |= st == SOCK_WAIT && (sk->req != NULL || sk->hdr_done > 0);
       parked += st == SOCK_PARKED;
+      idle += st == SOCK_IDLE;
     }
     atomic_store_explicit(&th->parked, parked, memory_order_relaxed);
     /* About to sleep: say so, then look once more for work posted before
-     * the flag was seen (such a poster left no wake-up behind). */
+     * the flag was seen (such a poster left no wake-up behind). Only a
+     * sending socket that found no chunk can take one: a thread whose
+     * sockets all hold a chunk the network has no room for sleeps on them
+     * however many chunks are queued (it spun in sendmsg before). */
     atomic_store_explicit(&th->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    int more = c->is_send ? atomic_load_explicit(&c->deal_head, memory_order_relaxed) !=
-                                atomic_load_explicit(&c->deal_tail, memory_order_acquire)
-                          : parked > 0 && parked_opened(c, th);
+    int more = c->is_send
+                   ? idle > 0 && atomic_load_explicit(&c->deal_head, memory_order_relaxed) !=
+                                     atomic_load_explicit(&c->deal_tail, memory_order_acquire)
+                   : parked > 0 && parked_opened(c, th);
     if (more) {
       atomic_store_explicit(&th->sleeping, 0, memory_order_relaxed);
       continue;
