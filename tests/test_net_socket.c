@@ -4,8 +4,9 @@
  * handle crosses a pipe). Messages of 0 B..64 MiB with random contents,
  * many in flight, a send smaller and one larger than the receive, a
  * stranger at the listener, a peer killed mid-message, a sender whose
- * socket is full sleeping, and the thread and socket counts (1x1, 4x2). Parameters are read once
- * per process, so each test sets them before its fork (Check runs each test in its own fork). */
+ * socket is full sleeping, and the thread and socket counts (1x1, 4x2).
+ * Parameters are read once per process, so each test sets them before its
+ * fork (Check runs each test in its own fork). */
 #include <check.h>
 #include <poll.h>
 #include <signal.h>
