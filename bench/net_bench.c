@@ -220,8 +220,10 @@ static int sender(int fd, const struct opts *o, int n) {
     char handle[WEFT_NET_HANDLE_BYTES];
     if (read(fd, handle, sizeof(handle)) != (ssize_t)sizeof(handle)) return 0;
     int64_t end = weft_time_ms() + STALL_MS;
-    while (e.comm[c] == NULL && weft_time_ms() < end)
+    while (e.comm[c] == NULL && weft_time_ms() < end) {
       if (net->connect(0, handle, &e.comm[c]) != ncclSuccess) return 0;
+      if (e.comm[c] == NULL) sched_yield();
+    }
     if (e.comm[c] == NULL) return 0;
   }
   unsigned char *buf = malloc(o->span);
@@ -264,8 +266,10 @@ static int point(const struct opts *o, int n) {
   close(hp[1]);
   int64_t end = weft_time_ms() + STALL_MS;
   for (int c = 0; ok && c < n; c++) {
-    while (ok && e.comm[c] == NULL && weft_time_ms() < end)
+    while (ok && e.comm[c] == NULL && weft_time_ms() < end) {
       ok = net->accept(listen[c], &e.comm[c]) == ncclSuccess;
+      if (ok && e.comm[c] == NULL) sched_yield();
+    }
     ok = ok && e.comm[c] != NULL;
   }
   unsigned char *buf = ok ? calloc(1, o->span) : NULL;
