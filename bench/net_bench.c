@@ -175,8 +175,13 @@ static int post(struct end *e, const struct opts *o, unsigned char *buf, int c) 
 /* One round: every comm's share moves. Returns 0 on an error (said). */
 static int round_run(struct end *e, const struct opts *o, unsigned char *buf) {
   size_t off, len;
-  int left = e->n;
-  for (int c = 0; c < e->n; c++) e->posted[c] = e->done[c] = 0;
+  int left = 0; /* comms whose share has not all arrived (a span smaller
+                 * than the comm count leaves some with none) */
+  for (int c = 0; c < e->n; c++) {
+    e->posted[c] = e->done[c] = 0;
+    share(o, e->n, c, &off, &len);
+    left += len > 0;
+  }
   int64_t last = weft_time_ms();
   while (left > 0) {
     int moved = 0;
