@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 int proc_threads_named(const char *prefix) {
   DIR *d = opendir("/proc/self/task");
@@ -20,4 +21,11 @@ int proc_threads_named(const char *prefix) {
   }
   if (d != NULL) closedir(d);
   return n;
+}
+
+double proc_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }

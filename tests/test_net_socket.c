@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,6 +23,7 @@
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 #include "transport/socket.h"
+#include "proc_threads.h"
 #include "suite_run.h"
 
 #define WAIT_MS 20000
@@ -433,13 +433,6 @@ END_TEST
 #define FULL_BYTES (32 * MIB)
 #define FULL_NAP_US (500 * 1000)
 
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
 /* One message far larger than the sockets hold, while the receiver posts
  * nothing: its helper reads the first chunk's header and parks, so the
  * socket fills with chunks still queued. The child reports the CPU its
@@ -451,9 +444,9 @@ static int send_full(void *comm, int fd) {
   while (req == NULL)
     if (net->isend(comm, buf, FULL_BYTES, 0, NULL, &req) != ncclSuccess) return 0;
   nap_us(200 * 1000); /* the socket fills */
-  double c0 = cpu_s();
+  double c0 = proc_cpu_s();
   nap_us(FULL_NAP_US);
-  double used = cpu_s() - c0;
+  double used = proc_cpu_s() - c0;
   if (write(fd, &used, sizeof(used)) != (ssize_t)sizeof(used)) return 0;
   if (wait_req(req, NULL) != ncclSuccess) return 0;
   free(buf);

@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 
 #include "proxy/proxy.h"
 #include "sched/schedule.h"
 #include "transport/net/net.h"
 #include "transport/net/net_fifo.h"
+#include "proc_threads.h"
 #include "suite_run.h"
 
 /* Slots of link (peer, channel, way) in ops, 0 when none. */
@@ -161,13 +161,6 @@ static void *send_kernel(void *arg) {
   return NULL;
 }
 
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-         ru.ru_stime.tv_usec * 1e-6;
-}
-
 START_TEST(test_proxy_loopback) {
   struct pair p;
   pair_open(&p);
@@ -191,10 +184,10 @@ START_TEST(test_proxy_loopback) {
   ck_assert_uint_eq(weft_proxy_link_done(p.pc, L_SEND), NMSG);
   ck_assert_uint_eq(weft_proxy_link_done(p.pc, L_RECV), NMSG);
   /* Nothing pending: the proxy thread sleeps (well under 10% of a core). */
-  double c0 = cpu_s();
+  double c0 = proc_cpu_s();
   struct timespec ts = {0, 300000000};
   nanosleep(&ts, NULL);
-  double used = cpu_s() - c0;
+  double used = proc_cpu_s() - c0;
   ck_assert_msg(used < 0.03, "an idle proxy used %.3f s of CPU in 0.3 s", used);
   ck_assert_uint_eq(p.error, 0);
   pair_close(&p);
