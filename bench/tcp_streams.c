@@ -5,7 +5,11 @@
  * what arrived on each and reports it back when the stream ends.
  *
  * By default every stream sends from its own --bytes buffer and the
- * server receives each into a 4 MiB buffer of its own. With --span S the
+ * server receives each into a 4 MiB buffer of its own, front to back and
+ * over again, so the received bytes go to memory as a collective's do;
+ * --hot lands every read at the buffer's start instead, as iperf3 does,
+ * where the bytes stay in the cache (before 2026-12-06 free streams were
+ * received that way, which flattered them). With --span S the
  * K streams of a point together send from S bytes and are received into
  * S bytes (each stream S/K of it, on both ends): the memory a 2-rank
  * broadcast of S bytes reads and writes, so its cache behaviour too.
@@ -20,10 +24,12 @@
  * sending streams wait for each other after each round and so do the
  * receiving ones, each side on its own, so a sender may run a round ahead
  * as far as the sockets' buffers let it (a call whose ends do not wait for
- * each other: a broadcast without the call check).
+ * each other: a broadcast without the call check). --deal C --ends deals
+ * the chunks and ends the rounds each side on its own: the receiving
+ * streams wait for each other at each stream's end-of-round header.
  *
  *   weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2]
- *                    [--span S [--rounds | --deal C | --ends]]
+ *                    [--span S [--rounds | --deal C] [--ends]] [--hot]
  *       loopback: forks its own server on 127.0.0.1
  *   weft-tcp-streams --server [PORT]        (prints the port; runs until killed)
  *   weft-tcp-streams --client HOST:PORT [--streams ...]
@@ -60,6 +66,7 @@ struct opts {
   int rounds;  /* --rounds: the streams move --span in rounds, each ended by all */
   size_t deal; /* --deal C: in rounds, each stream takes the next C bytes when free */
   int ends;    /* --ends: rounds ended by each side on its own, no acknowledgement */
+  int hot;     /* --hot: the server lands every read at its buffer's start */
   double seconds;
   int server;
   int port;
@@ -111,10 +118,10 @@ static void parse_streams(struct opts *o, const char *s) {
 static void usage(void) {
   fprintf(stderr,
           "usage: weft-tcp-streams [--streams 1,2,4,8] [--bytes 64M] [--seconds 2] [--span S "
-          "[--rounds | --deal C | --ends]]\n"
+          "[--rounds | --deal C] [--ends]] [--hot]\n"
           "       weft-tcp-streams --server [PORT]\n"
           "       weft-tcp-streams --client HOST:PORT [--streams ...] [--bytes ...] "
-          "[--seconds ...] [--span S [--rounds | --deal C | --ends]]\n");
+          "[--seconds ...] [--span S [--rounds | --deal C] [--ends]] [--hot]\n");
   exit(2);
 }
 
@@ -132,6 +139,8 @@ static void parse(int argc, char **argv, struct opts *o) {
       o->span = parse_size(v), i++;
     } else if (!strcmp(a, "--rounds")) {
       o->rounds = 1;
+    } else if (!strcmp(a, "--hot")) {
+      o->hot = 1;
     } else if (!strcmp(a, "--ends")) {
       o->ends = 1, o->rounds = 1;
     } else if (!strcmp(a, "--deal") && v) {
@@ -154,19 +163,17 @@ static void parse(int argc, char **argv, struct opts *o) {
             "round)\n");
     exit(2);
   }
-  if (o->ends && o->deal) {
-    fprintf(stderr, "weft-tcp-streams: --ends and --deal: choose one\n");
-    exit(2);
-  }
 }
 
 /* ---- Server ---------------------------------------------------------------- */
 
-/* The top bits of a stream's first 8 bytes: --rounds, --deal, --ends.
- * With ENDS_BIT a second 8 bytes follow: the point's id and its streams. */
+/* The top bits of a stream's first 8 bytes: --rounds, --deal, --ends,
+ * --hot. With ENDS_BIT a second 8 bytes follow: the point's id and its
+ * streams. */
 #define ROUNDS_BIT ((uint64_t)1 << 63)
 #define DEAL_BIT ((uint64_t)1 << 62)
 #define ENDS_BIT ((uint64_t)1 << 61)
+#define HOT_BIT ((uint64_t)1 << 60)
 
 /* --ends: the receiving streams of one point wait for each other at the
  * end of every round. A point's streams all connect before it starts,
@@ -227,38 +234,48 @@ static void ends_leave(struct ends_group *g) {
 }
 
 /* --deal: chunks behind {offset, size} headers, a size of 0 ending the
- * stream's round (answered with a byte); each lands at its offset, modulo
- * the stream's buffer. */
-static uint64_t serve_dealt(int fd, char *buf, size_t len) {
+ * stream's round (answered with a byte, or with ends a wait for the
+ * point's other streams); each lands at its offset, modulo the stream's
+ * buffer. */
+static uint64_t serve_dealt(int fd, char *buf, size_t len, struct ends_group *ends, int hot) {
   uint64_t total = 0, hdr[2];
   char ack = 0;
   while (recv(fd, hdr, sizeof(hdr), MSG_WAITALL) == sizeof(hdr)) {
     if (hdr[1] == 0) {
-      if (send(fd, &ack, 1, MSG_NOSIGNAL) != 1) break;
+      if (ends != NULL)
+        ends_wait(ends);
+      else if (send(fd, &ack, 1, MSG_NOSIGNAL) != 1)
+        break;
       continue;
     }
     if (hdr[1] > len) break; /* the client keeps chunks within a stream's share */
-    size_t at = (size_t)(hdr[0] % (len - hdr[1] + 1));
+    size_t at = hot ? 0 : (size_t)(hdr[0] % (len - hdr[1] + 1));
     if (recv(fd, buf + at, (size_t)hdr[1], MSG_WAITALL) != (ssize_t)hdr[1]) break;
     total += hdr[1];
   }
   return total;
 }
 
-/* A stream's bytes into buf, over and over until EOF; with rounds, a
- * byte back each time buf is full (a round arrived), or with ends (a
- * group), a wait for the point's other streams instead. */
-static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds, struct ends_group *ends) {
+/* A stream's bytes into buf, front to back and over again until EOF;
+ * with rounds, a byte back each time buf is full (a round arrived), or
+ * with ends (a group), a wait for the point's other streams instead.
+ * With hot every read lands at buf's start, as iperf3's do: the bytes
+ * then stay in the cache (what the yardstick did before 2026-12-06). */
+static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds, struct ends_group *ends,
+                            int hot) {
   uint64_t total = 0;
-  size_t got = 0; /* of this round */
+  size_t got = 0; /* of this pass over buf (a round) */
   for (;;) {
-    ssize_t n = recv(fd, buf + got, len - got, 0);
+    int anywhere = hot && !rounds; /* no pass to count: every read may fill buf */
+    ssize_t n = recv(fd, buf + (hot ? 0 : got), anywhere ? len : len - got, 0);
     if (n > 0) {
       total += (uint64_t)n;
-      got = rounds ? got + (size_t)n : 0;
-      if (rounds && got == len) {
+      got = anywhere ? 0 : got + (size_t)n;
+      if (got == len) {
         got = 0;
-        if (ends != NULL)
+        if (!rounds)
+          continue;
+        else if (ends != NULL)
           ends_wait(ends);
         else if (send(fd, &got, 1, MSG_NOSIGNAL) != 1)
           break;
@@ -280,6 +297,7 @@ static void *server_stream(void *arg) {
   uint64_t want = 0;
   if (recv(fd, &want, sizeof(want), MSG_WAITALL) != sizeof(want)) want = 0;
   int rounds = (want & ROUNDS_BIT) != 0, dealt = (want & DEAL_BIT) != 0;
+  int hot = (want & HOT_BIT) != 0;
   struct ends_group *ends = NULL;
   if (want & ENDS_BIT) {
     uint64_t point = 0;
@@ -289,7 +307,7 @@ static void *server_stream(void *arg) {
       return NULL;
     }
   }
-  want &= ~(ROUNDS_BIT | DEAL_BIT | ENDS_BIT);
+  want &= ~(ROUNDS_BIT | DEAL_BIT | ENDS_BIT | HOT_BIT);
   size_t len = want > 0 && want < ((uint64_t)1 << 34) ? (size_t)want : RECV_BUF;
   char *buf = malloc(len);
   uint64_t total = 0;
@@ -300,7 +318,8 @@ static void *server_stream(void *arg) {
   }
   memset(buf, 0, len);
   (void)!send(fd, &total, 1, MSG_NOSIGNAL); /* ready */
-  total = dealt ? serve_dealt(fd, buf, len) : serve_plain(fd, buf, len, rounds, ends);
+  total =
+      dealt ? serve_dealt(fd, buf, len, ends, hot) : serve_plain(fd, buf, len, rounds, ends, hot);
   if (ends != NULL) ends_leave(ends);
   (void)!send(fd, &total, sizeof(total), MSG_NOSIGNAL);
   close(fd);
@@ -362,6 +381,7 @@ struct start {
   /* --ends: no acknowledgement; the point's id and streams for the server */
   int ends;
   uint64_t point;
+  int hot; /* --hot */
   pthread_barrier_t round;
   int stop; /* set between the round's two barriers */
   /* --deal: the round's bytes (span) dealt from next, deal at a time */
@@ -420,7 +440,8 @@ static void *client_stream(void *arg) {
   int up = fd >= 0 && connect(fd, (struct sockaddr *)&s->addr, s->addr_len) == 0;
   char ready;
   uint64_t hello = s->recv_buf | (s->start->rounds ? ROUNDS_BIT : 0) |
-                   (s->start->deal ? DEAL_BIT : 0) | (s->start->ends ? ENDS_BIT : 0);
+                   (s->start->deal ? DEAL_BIT : 0) | (s->start->ends ? ENDS_BIT : 0) |
+                   (s->start->hot ? HOT_BIT : 0);
   /* --deal's headers and round ends are small writes: no Nagle delay */
   int one = 1;
   if (up && s->start->deal) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -490,6 +511,7 @@ static double client_run(const struct opts *o, const struct sockaddr_storage *ad
   if (o->span > 0 && share == 0) share = 1;
   st.rounds = o->rounds;
   st.ends = o->ends;
+  st.hot = o->hot;
   /* The point's id: the streams' count below a value of the clock. */
   st.point = ((uint64_t)(now_s() * 1e6) << 16) | (uint64_t)k;
   st.stop = 0;
@@ -581,18 +603,23 @@ int main(int argc, char **argv) {
   if (o.span > 0)
     printf(
         "# weft-tcp-streams: %s, the streams of a point send from and receive into %zu "
-        "bytes in all (--span)%s, %.1f s per point\n",
+        "bytes in all (--span)%s%s, %.1f s per point\n",
         o.client ? o.client : "loopback", o.span,
-        o.deal     ? ", in rounds whose bytes go in --deal chunks to whichever stream is free"
+        o.deal && o.ends ? ", in rounds whose bytes go in --deal chunks to whichever stream is "
+                           "free, each side ending them on its own (--ends)"
+        : o.deal         ? ", in rounds whose bytes go in --deal chunks to whichever stream is free"
         : o.ends   ? ", in rounds each side ends on its own: the senders wait for each other, the "
                      "receivers for each other, no word between them (--ends)"
         : o.rounds ? ", in rounds: each stream its share, then every share's arrival before "
                      "the next (--rounds, a broadcast's calls)"
                    : "",
-        o.seconds);
+        o.hot ? ", every read landing at the start of the stream's buffer (--hot)" : "", o.seconds);
   else
-    printf("# weft-tcp-streams: %s, %zu-byte sends, %.1f s per point\n",
-           o.client ? o.client : "loopback", o.bytes, o.seconds);
+    printf(
+        "# weft-tcp-streams: %s, %zu-byte sends, received into 4 MiB a stream%s, %.1f s per "
+        "point\n",
+        o.client ? o.client : "loopback", o.bytes,
+        o.hot ? ", every read at its start (--hot)" : " front to back", o.seconds);
   printf("# %7s %10s\n", "streams", "GB/s");
   for (int i = 0; i < o.nstreams; i++) {
     printf("  %7d %10.2f\n", o.streams[i], client_run(&o, &addr, len, o.streams[i]));
