@@ -264,9 +264,9 @@ static uint64_t serve_dealt(int fd, char *buf, size_t len, struct ends_group *en
 static uint64_t serve_plain(int fd, char *buf, size_t len, int rounds, struct ends_group *ends,
                             int hot) {
   uint64_t total = 0;
-  size_t got = 0; /* of this pass over buf (a round) */
+  size_t got = 0;                /* of this pass over buf (a round) */
+  int anywhere = hot && !rounds; /* no pass to count: every read may fill buf */
   for (;;) {
-    int anywhere = hot && !rounds; /* no pass to count: every read may fill buf */
     ssize_t n = recv(fd, buf + (hot ? 0 : got), anywhere ? len : len - got, 0);
     if (n > 0) {
       total += (uint64_t)n;
