@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "int_list.h"
 #include "transport/net/net.h"
 #include "transport/net/socket/socket_net.h"
 
@@ -90,19 +91,13 @@ static int parse_int(const char *flag, const char *s, int lo, int hi) {
 }
 
 static void parse_comms(struct opts *o, const char *s) {
-  o->ncomms = 0;
-  for (const char *p = s; *p;) {
-    char *end;
-    long k = strtol(p, &end, 10);
-    if (end == p || k < 1 || k > MAX_COMMS || (*end && *end != ',') || o->ncomms == 16) {
-      fprintf(stderr,
-              "weft-net-bench: --comms %s: expected a list such as 1,4,16 (each 1..%d, "
-              "at most 16 of them)\n",
-              s, MAX_COMMS);
-      exit(2);
-    }
-    o->comms[o->ncomms++] = (int)k;
-    p = *end ? end + 1 : end;
+  o->ncomms = bench_int_list(s, o->comms, 16, 1, MAX_COMMS);
+  if (o->ncomms < 0) {
+    fprintf(stderr,
+            "weft-net-bench: --comms %s: expected a list such as 1,4,16 (each 1..%d, "
+            "at most 16 of them)\n",
+            s, MAX_COMMS);
+    exit(2);
   }
 }
 

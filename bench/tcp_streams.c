@@ -55,6 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "int_list.h"
+
 #define MAX_STREAMS 256
 #define RECV_BUF (4 * 1024 * 1024)
 
@@ -99,19 +101,13 @@ static size_t parse_size(const char *s) {
 }
 
 static void parse_streams(struct opts *o, const char *s) {
-  o->nstreams = 0;
-  for (const char *p = s; *p && o->nstreams < 32;) {
-    char *end;
-    long k = strtol(p, &end, 10);
-    if (end == p || k < 1 || k > MAX_STREAMS || (*end && *end != ',')) {
-      fprintf(stderr,
-              "weft-tcp-streams: --streams %s: expected a list such as 1,2,4,8 (each "
-              "1..%d)\n",
-              s, MAX_STREAMS);
-      exit(2);
-    }
-    o->streams[o->nstreams++] = (int)k;
-    p = *end ? end + 1 : end;
+  o->nstreams = bench_int_list(s, o->streams, 32, 1, MAX_STREAMS);
+  if (o->nstreams < 0) {
+    fprintf(stderr,
+            "weft-tcp-streams: --streams %s: expected a list such as 1,2,4,8 (each 1..%d, "
+            "at most 32 of them)\n",
+            s, MAX_STREAMS);
+    exit(2);
   }
 }
 
