@@ -91,14 +91,8 @@ static int parse_int(const char *flag, const char *s, int lo, int hi) {
 }
 
 static void parse_comms(struct opts *o, const char *s) {
-  o->ncomms = bench_int_list(s, o->comms, 16, 1, MAX_COMMS);
-  if (o->ncomms < 0) {
-    fprintf(stderr,
-            "weft-net-bench: --comms %s: expected a list such as 1,4,16 (each 1..%d, "
-            "at most 16 of them)\n",
-            s, MAX_COMMS);
-    exit(2);
-  }
+  o->ncomms =
+      bench_int_list_arg("weft-net-bench", "--comms", "1,4,16", s, o->comms, 16, 1, MAX_COMMS);
 }
 
 static void parse(int argc, char **argv, struct opts *o) {

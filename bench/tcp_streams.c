@@ -101,14 +101,8 @@ static size_t parse_size(const char *s) {
 }
 
 static void parse_streams(struct opts *o, const char *s) {
-  o->nstreams = bench_int_list(s, o->streams, 32, 1, MAX_STREAMS);
-  if (o->nstreams < 0) {
-    fprintf(stderr,
-            "weft-tcp-streams: --streams %s: expected a list such as 1,2,4,8 (each 1..%d, "
-            "at most 32 of them)\n",
-            s, MAX_STREAMS);
-    exit(2);
-  }
+  o->nstreams = bench_int_list_arg("weft-tcp-streams", "--streams", "1,2,4,8", s, o->streams, 32, 1,
+                                   MAX_STREAMS);
 }
 
 static void usage(void) {
