@@ -4,7 +4,9 @@
  * without room falls back to sockets with a WARN; a rank killed mid-
  * collective leaves no /dev/shm/weft-* behind and the others get an error
  * within WEFT_TIMEOUT; ranks that disagree on a call, or on a send/recv
- * size, all get ncclInvalidUsage and can go on with the communicator.
+ * size, all get ncclInvalidUsage and can go on with the communicator; a
+ * 2-rank broadcast over sockets moves whole on the wide link from
+ * WEFT_SOCKET_WIDE_MIN_BYTES, correct in place and out of place.
  *
  * Each test runs in its own Check fork, so the environment a test sets is
  * read by that test's first NCCL call. */
@@ -106,6 +108,97 @@ START_TEST(test_shm_full_falls_back) {
                 "no fallback to sockets:\n%s", logs);
   ck_assert_msg(strstr(logs, "WARN") != NULL && strstr(logs, "using sockets") != NULL,
                 "no WARN about the fallback:\n%s", logs);
+  free(logs);
+}
+END_TEST
+
+/* ---- The wide link ------------------------------------------------------------------ */
+
+/* 40 MiB and 3 floats: three 16 MiB messages, the last one short, and a
+ * count that is not a multiple of any grain. */
+#define WIDE_COUNT ((size_t)10 * 1024 * 1024 + 3)
+#define WIDE_GUARD 16
+
+static float wide_value(size_t i, int root) {
+  return (float)((i * 7 + (size_t)root * 3) % 1021);
+}
+
+/* Broadcasts that go wide (WEFT_SOCKET_WIDE_MIN_BYTES=1 MiB), from each
+ * root, in place and out of place, every element checked, the guard after
+ * the output and a root's input untouched; then one that does not, and an
+ * all-reduce on the channels. */
+static int wide_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
+  (void)arg;
+  ncclComm_t comm;
+  HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  float *send = malloc(WIDE_COUNT * sizeof(float));
+  float *recv = malloc((WIDE_COUNT + WIDE_GUARD) * sizeof(float));
+  HCHECK(send != NULL && recv != NULL, "out of memory");
+  size_t counts[2] = {WIDE_COUNT, 128 * 1024}; /* 512 KiB: below the threshold */
+  for (int k = 0; k < 2; k++)
+    for (int root = 0; root < nranks; root++)
+      for (int inplace = 0; inplace <= 1; inplace++) {
+        size_t count = counts[k];
+        for (size_t i = 0; i < count + WIDE_GUARD; i++) recv[i] = -1.0f;
+        float *src = inplace ? recv : send;
+        if (rank == root)
+          for (size_t i = 0; i < count; i++) src[i] = wide_value(i, root);
+        HNCCL(ncclBroadcast(src, recv, count, ncclFloat32, root, comm, NULL));
+        for (size_t i = 0; i < count; i++)
+          HCHECK(recv[i] == wide_value(i, root),
+                 "rank %d: broadcast of %zu floats from root %d (%s): element %zu is %g, "
+                 "expected %g",
+                 rank, count, root, inplace ? "in place" : "out of place", i, (double)recv[i],
+                 (double)wide_value(i, root));
+        for (size_t i = count; i < count + WIDE_GUARD; i++)
+          HCHECK(recv[i] == -1.0f, "rank %d: the broadcast wrote past its output (element %zu)",
+                 rank, i);
+        if (rank == root && !inplace)
+          for (size_t i = 0; i < count; i++)
+            HCHECK(send[i] == wide_value(i, root), "rank %d: the root's input changed at %zu", rank,
+                   i);
+      }
+  free(send);
+  free(recv);
+  return in_step_destroy(comm, rank, nranks);
+}
+
+/* The line of logs that names a Broadcast of `bytes` (the TUNING line). */
+static const char *tuning_line(const char *logs, size_t bytes, char *line, size_t size) {
+  char want[64];
+  snprintf(want, sizeof(want), "Broadcast %zu bytes nranks 2", bytes);
+  const char *at = strstr(logs, want);
+  if (at == NULL) return NULL;
+  const char *end = strchr(at, '\n');
+  size_t n = end != NULL ? (size_t)(end - at) : strlen(at);
+  snprintf(line, size, "%.*s", (int)(n < size ? n : size - 1), at);
+  return line;
+}
+
+/* A 2-rank Broadcast over sockets from WEFT_SOCKET_WIDE_MIN_BYTES moves
+ * whole on the wide link (channel 31), its helper threads forced on CI's
+ * 2 cores; a smaller one keeps the channels. */
+START_TEST(test_wide_broadcast) {
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("WEFT_SOCKET_WIDE_MIN_BYTES", "1048576", 1);
+  setenv("WEFT_SOCKET_HOST_THREADS", "1", 1);
+  setenv("NCCL_SOCKET_NTHREADS", "4", 1);
+  char why[4096], *logs, line[512];
+  int rc = harness_procs_logged(2, 60, "NET,TUNING", wide_rank, NULL, &logs, why, sizeof(why));
+  ck_assert_msg(rc == 0, "%s", why);
+  for (int r = 0; r < 2; r++) {
+    char want[128];
+    snprintf(want, sizeof(want),
+             "rank %d: wide link to rank %d on channel 31: whole calls dealt between", r, 1 - r);
+    ck_assert_msg(strstr(logs, want) != NULL, "no \"%s\" in the logs, which begin:\n%.3000s", want,
+                  logs);
+  }
+  ck_assert_msg(tuning_line(logs, WIDE_COUNT * sizeof(float), line, sizeof(line)) != NULL &&
+                    strstr(line, "on the wide link") != NULL,
+                "the 40 MiB broadcast was not planned on the wide link: %s", line);
+  ck_assert_msg(tuning_line(logs, 128 * 1024 * sizeof(float), line, sizeof(line)) != NULL &&
+                    strstr(line, "wide") == NULL,
+                "the 512 KiB broadcast was planned on the wide link: %s", line);
   free(logs);
 }
 END_TEST
@@ -350,6 +443,7 @@ int main(void) {
   tcase_add_test(tc, test_shm_by_default);
   tcase_add_test(tc, test_sockets_without_shm);
   tcase_add_test(tc, test_shm_full_falls_back);
+  tcase_add_test(tc, test_wide_broadcast);
   tcase_add_test(tc, test_rank_killed);
   suite_add_tcase(s, tc);
   tc = tcase_create("mismatch");

@@ -407,10 +407,10 @@ START_TEST(host_channels_sockets) {
   ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 8);
   p[0].cpus = 15;
   ck_assert_int_eq(weft_comm_host_channels(p, 4, 1), 0);
-  ck_assert_int_eq(weft_comm_host_link_threads(16), 1);
-  ck_assert_int_eq(weft_comm_host_link_threads(8), 1);
-  ck_assert_int_eq(weft_comm_host_link_threads(4), 0);
-  ck_assert_int_eq(weft_comm_host_link_threads(0), 0);
+  ck_assert_int_eq(weft_comm_host_link_threads(16, 0), 1);
+  ck_assert_int_eq(weft_comm_host_link_threads(8, 0), 1);
+  ck_assert_int_eq(weft_comm_host_link_threads(4, 0), 0);
+  ck_assert_int_eq(weft_comm_host_link_threads(0, 0), 0);
 
   setenv("NCCL_ALGO", "Ring", 1);
   struct ncclComm c = fake_comm(4, 1);
@@ -456,6 +456,73 @@ START_TEST(memo_follows_inputs) {
   weft_tune_fits_use(NULL, 0);
   ck_assert_msg(t.estimated_us > before * 10, "estimate %g with the slow table, %g before",
                 (double)t.estimated_us, (double)before);
+}
+END_TEST
+
+/* A 2-rank socket comm whose links are host_channels channels (the two
+ * ranks on two hosts), asked about a host collective of `bytes`. */
+static struct weft_tuning wide_tune(int nranks, int host_channels, enum weft_func func,
+                                    size_t bytes) {
+  struct ncclComm c = fake_comm(nranks, 1);
+  c.host_channels = host_channels;
+  for (int r = 0; r < nranks; r++) peers[r].host_hash = (uint64_t)r;
+  struct weft_tuning t;
+  ck_assert_int_eq(weft_tune(&c, 0, func, bytes, 4, &t), ncclSuccess);
+  int asked = weft_tune_wide(&c, 0, func, bytes, t.algo);
+  for (int r = 0; r < nranks; r++) peers[r].host_hash = 0;
+  ck_assert_int_eq(t.wide, asked);
+  return t;
+}
+
+/* The wide link by default: a 2-rank Broadcast over 8 or 16 socket
+ * channels from 128 MiB, in one step on one lane; nothing else. */
+START_TEST(wide_default) {
+  struct weft_tuning t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, 256u << 20);
+  ck_assert_int_eq(t.wide, 1);
+  ck_assert_int_eq(t.nchannels, 1);
+  ck_assert_uint_eq(t.chunk_bytes, 0);
+  ck_assert_int_eq(wide_tune(2, 8, WEFT_FUNC_BROADCAST, 128u << 20).wide, 1);
+  t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, (128u << 20) - 4);
+  ck_assert_int_eq(t.wide, 0);
+  ck_assert_int_eq(t.nchannels, 16);
+  ck_assert_int_eq(wide_tune(2, 0, WEFT_FUNC_BROADCAST, 256u << 20).wide, 0); /* no helpers */
+  ck_assert_int_eq(wide_tune(3, 16, WEFT_FUNC_BROADCAST, 256u << 20).wide, 0);
+  ck_assert_int_eq(wide_tune(2, 16, WEFT_FUNC_ALLREDUCE, 256u << 20).wide, 0);
+  ck_assert_int_eq(wide_tune(2, 16, WEFT_FUNC_ALLGATHER, 256u << 20).wide, 0);
+  /* The same ranks over shared memory, and GPU ranks: never. */
+  struct ncclComm c = fake_comm(2, 1);
+  c.host_channels = 16;
+  struct weft_tuning u;
+  ck_assert_int_eq(weft_tune(&c, 0, WEFT_FUNC_BROADCAST, 256u << 20, 4, &u), ncclSuccess);
+  ck_assert_int_eq(u.wide, 0);
+  peers[1].host_hash = 1;
+  ck_assert_int_eq(weft_tune(&c, 1, WEFT_FUNC_BROADCAST, 256u << 20, 4, &u), ncclSuccess);
+  peers[1].host_hash = 0;
+  ck_assert_int_eq(u.wide, 0);
+}
+END_TEST
+
+/* WEFT_SOCKET_WIDE_MIN_BYTES set: from that size on any socket link. */
+START_TEST(wide_min_set) {
+  setenv("WEFT_SOCKET_WIDE_MIN_BYTES", "1048576", 1);
+  ck_assert_int_eq(wide_tune(2, 0, WEFT_FUNC_BROADCAST, 1u << 20).wide, 1);
+  ck_assert_int_eq(wide_tune(2, 16, WEFT_FUNC_BROADCAST, 1u << 20).wide, 1);
+  ck_assert_int_eq(wide_tune(2, 0, WEFT_FUNC_BROADCAST, (1u << 20) - 4).wide, 0);
+}
+END_TEST
+
+/* Off (0), or channels or steps asked for: the broadcast keeps the
+ * channels. */
+static const char *const wide_kept[][2] = {{"WEFT_SOCKET_WIDE_MIN_BYTES", "0"},
+                                           {"NCCL_MAX_NCHANNELS", "16"},
+                                           {"NCCL_MIN_NCHANNELS", "2"},
+                                           {"WEFT_CHUNK_SIZE", "1048576"}};
+
+START_TEST(wide_kept_off) {
+  setenv(wide_kept[_i][0], wide_kept[_i][1], 1);
+  struct weft_tuning t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, 1u << 30);
+  ck_assert_msg(t.wide == 0 && t.nchannels > 1, "%s=%s: wide %d, %d channels", wide_kept[_i][0],
+                wide_kept[_i][1], t.wide, t.nchannels);
 }
 END_TEST
 
@@ -897,6 +964,9 @@ int main(void) {
   tcase_add_test(tc, channels_default);
   tcase_add_test(tc, host_channels_sockets);
   tcase_add_test(tc, host_channels_env);
+  tcase_add_test(tc, wide_default);
+  tcase_add_test(tc, wide_min_set);
+  tcase_add_loop_test(tc, wide_kept_off, 0, (int)(sizeof wide_kept / sizeof wide_kept[0]));
   tcase_add_test(tc, net_gpu_channels);
   tcase_add_test(tc, net_gpu_channels_env);
   tcase_add_test(tc, chunk_default);

@@ -30,6 +30,13 @@ struct weft_conn {
                       helper threads size them by the cores left */
   int link_threads; /* socket links: helper threads of one data socket each
                        (0: NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD) */
+  /* A wide link: one that carries a whole call alone (a 2-rank Broadcast
+   * over sockets, sched/tuning.c), its link_threads sockets standing in
+   * for the channels' one each. Its helpers are paid for like one
+   * channel's (the channels' links idle meanwhile), it keeps more
+   * messages in flight, and its sender may send messages of up to
+   * WEFT_CONN_WIDE_MSG bytes. */
+  int wide;
   /* Net links: the topology's NIC for this rank (its name, "" or NULL:
    * none) and port (0: any); the network device of that name is used,
    * else device 0. */
@@ -42,9 +49,15 @@ struct weft_conn {
   /* Set by the sender's engine for each call: the largest message a
    * transport that moves messages may cut its sends into, because the
    * peer's engine receives the call's bytes in pieces of that size (0:
-   * the transport's own). */
+   * the transport's own). Above the transport's own (at most
+   * WEFT_CONN_WIDE_MSG): the peer receives each of the call's steps
+   * whole, so any message up to that size fits where it lands. */
   size_t send_msg_max;
 };
+
+/* The largest message a sender may ask for (send_msg_max) where the peer
+ * receives whole steps: a wide link's. */
+#define WEFT_CONN_WIDE_MSG ((size_t)16 * 1024 * 1024)
 
 /* Where the peers are, as far as the transport needs to know. */
 struct weft_transport_peer {

@@ -140,7 +140,8 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "presenting it may register (never logged)"),
     [WEFT_PARAM_SOCKET_NTHREADS] =
         INT_ROW("NCCL_SOCKET_NTHREADS", 2, 1, 16,
-                "2 (host ranks with 8 or 16 channels over sockets: 1 a link, one data socket each)",
+                "2 (host ranks with 8 or 16 channels over sockets: 1 a link, one data socket each; "
+                "their wide link, WEFT_SOCKET_WIDE_MIN_BYTES: one per channel)",
                 "helper threads per socket network connection (net/socket); each moves the "
                 "chunks of large messages on its NCCL_NSOCKS_PERTHREAD sockets"),
     [WEFT_PARAM_NSOCKS_PERTHREAD] =
@@ -179,6 +180,16 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "of when they have ended on every channel (collectives on 2 channels or more, "
                 "connected, not reading or writing what an earlier one in flight writes); "
                 "1: one call at a time"),
+    [WEFT_PARAM_SOCKET_WIDE_MIN_BYTES] =
+        INT_ROW("WEFT_SOCKET_WIDE_MIN_BYTES", -1, -1, 1099511627776LL,
+                "-1 (134217728 where 2 host ranks' link is 8 or 16 socket channels, i.e. 4 "
+                "cores per local rank; else never)",
+                "a 2-rank Broadcast over sockets of at least this many bytes moves in one "
+                "piece on one wide link, its 16 MiB messages dealt between as many helper "
+                "threads and data sockets as there are channels, instead of in 512 KiB steps "
+                "on a share per channel; 0: never; set, it applies wherever the 2 ranks' link "
+                "is a socket, and NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS or WEFT_CHUNK_SIZE "
+                "set keep the channels"),
     [WEFT_PARAM_SOCKET_IFNAME] =
         STR_ROW("NCCL_SOCKET_IFNAME",
                 "(ib* first, then any but docker*, lo*, virbr*, then docker*, then lo)",

@@ -37,6 +37,12 @@ struct weft_channel_conns;
 
 /* Channels a communicator may connect (lanes of a plan name one each). */
 #define WEFT_MAX_CHANNELS 32
+/* The channel of the wide link (transport.h, weft_conn.wide): a socket
+ * link whose helpers carry a whole call alone (a 2-rank Broadcast over
+ * sockets; sched/tuning.c). The last channel, which plans use only when
+ * NCCL_MAX_NCHANNELS asks for all 32; such a plan's last lane then rides
+ * the wide link as one channel's. */
+#define WEFT_WIDE_CHANNEL (WEFT_MAX_CHANNELS - 1)
 struct weft_bootstrap;
 struct weft_engine_ops;
 struct weft_host_engine;

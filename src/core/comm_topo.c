@@ -196,8 +196,9 @@ int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int 
   return cores >= 8 ? 16 : 8;
 }
 
-int weft_comm_host_link_threads(int host_channels) {
-  return host_channels >= 8 ? 1 : 0;
+int weft_comm_host_link_threads(int host_channels, int wide) {
+  if (host_channels < 8) return 0;
+  return wide ? host_channels : 1;
 }
 
 /* NULL when the topology may order the ring, else why not. The answer

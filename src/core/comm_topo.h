@@ -18,8 +18,10 @@ ncclResult_t weft_comm_topo_decide(struct ncclComm *comm);
 int weft_comm_host_channels(const struct weft_peer_info *peers, int nranks, int shm_disable);
 /* Helper threads per socket link of the host engine for that default: 1
  * (one data socket each) with 8 or more channels, which bring the parallelism;
- * else 0, the socket network's NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD. */
-int weft_comm_host_link_threads(int host_channels);
+ * else 0, the socket network's NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD. The
+ * wide link (WEFT_WIDE_CHANNEL) has as many as the channels it stands in
+ * for. */
+int weft_comm_host_link_threads(int host_channels, int wide);
 
 struct weft_topo;
 /* comm->gpu_path for GPU ranks whose GPUs are gpus[] in t (-1: not in

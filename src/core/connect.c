@@ -54,6 +54,7 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
   int local = 0;
   for (int r = 0; r < comm->nranks; r++)
     local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  int wide = need->channel == WEFT_WIDE_CHANNEL;
   *c = (struct weft_conn){.dir = need->dir,
                           .rank = comm->rank,
                           .peer = need->peer,
@@ -61,7 +62,8 @@ static ncclResult_t conn_alloc(struct ncclComm *comm, const struct weft_conn_nee
                           .comm_hash = comm->comm_hash,
                           .abort_flag = &comm->abort_flag,
                           .local_ranks = local,
-                          .link_threads = weft_comm_host_link_threads(comm->host_channels),
+                          .link_threads = weft_comm_host_link_threads(comm->host_channels, wide),
+                          .wide = wide,
                           .net_nic = comm->net_nic,
                           .net_nic_port = comm->net_nic_port};
   *out = c;

@@ -26,6 +26,7 @@ struct weft_host_task {
   struct weft_coll coll; /* the collective as called (for p2p: unused) */
   struct weft_plan plan; /* the engine owns it after enqueue */
   enum weft_algo algo;   /* Direct plans end in the engine's rank-order reduction */
+  int wide;              /* its one lane is on the wide link, the whole call in one step */
   int nbufs;
   void **bufs;           /* bufs[i] is buffer index i of the plan; engine-owned */
   struct weft_p2p *p2p;  /* the p2p ops (nbufs of them), for count checks; engine-owned */

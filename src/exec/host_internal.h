@@ -134,7 +134,9 @@ struct weft_host_run {
   ncclResult_t usage; /* a mismatched send/recv: reported, not fatal */
   /* The largest message a send on a net link may be (weft_conn's
    * send_msg_max): WEFT_HOST_PIECE_BYTES for a reducing collective, whose
-   * peers receive in pieces of that size, else 0 (the transport's). */
+   * peers receive in pieces of that size; WEFT_CONN_WIDE_MSG for a call on
+   * the wide link, whose peer receives its one step whole; else 0 (the
+   * transport's). */
   size_t msg_max;
   int reduces; /* a reducing collective (AllReduce, ReduceScatter, Reduce) */
 };

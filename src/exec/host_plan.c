@@ -56,6 +56,11 @@ ncclResult_t weft_host_plan_coll(struct ncclComm *comm, const struct weft_engine
     free(task.bufs);
     WEFT_CHECK(res);
   }
+  /* The wide link: the ring's one lane, on the channel whose link deals
+   * a whole call between many sockets (core/comm.h). */
+  task.wide = tune.wide;
+  for (int i = 0; tune.wide && i < task.plan.nlanes; i++)
+    task.plan.lanes[i].channel = WEFT_WIDE_CHANNEL;
   if (op->redop.premul_sum) {
     /* The engine scales the input by the scalar, then sums. */
     task.coll.op = ncclSum;

@@ -163,7 +163,9 @@ void weft__host_coll_run_init(struct weft_host_engine *h, const struct weft_host
                               .esize = weft_dtype_size(task->coll.datatype),
                               .what = weft_func_name(task->coll.func),
                               .seq = seq,
-                              .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES : 0,
+                              .msg_max = coll_reduces(task->coll.func) ? WEFT_HOST_PIECE_BYTES
+                                         : task->wide                  ? WEFT_CONN_WIDE_MSG
+                                                                       : 0,
                               .reduces = coll_reduces(task->coll.func)};
   if (r->esize == 0) r->esize = 1;
 }

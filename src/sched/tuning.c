@@ -403,6 +403,27 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
   return plan.row == NULL || !plan.row->measured || out->us <= plan.us;
 }
 
+/* The wide link's default threshold where the channels have helper
+ * threads. On the 16 cores of H100 servers (2 host ranks over loopback,
+ * 2026-12-06, docs/PERFORMANCE.md "Twenty-second pass") one link of 16
+ * sockets carrying the whole call moved the in-place Broadcast of 256
+ * MiB-1 GiB 0-27% faster than 16 channels of 512 KiB steps, out of place
+ * even; at 64 MiB even in place and up to a fifth slower out of place. */
+#define WIDE_MIN_BYTES ((size_t)128 << 20)
+
+int weft_tune_wide(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
+                   enum weft_algo algo) {
+  if (kernels || comm->nranks != 2 || func != WEFT_FUNC_BROADCAST || algo != WEFT_ALGO_RING ||
+      tune_path(comm, kernels) != WEFT_TUNE_SOCKET)
+    return 0;
+  if (weft_param_is_set(WEFT_PARAM_MIN_NCHANNELS) || weft_param_is_set(WEFT_PARAM_MAX_NCHANNELS) ||
+      weft_param_is_set(WEFT_PARAM_CHUNK))
+    return 0;
+  int64_t min = weft_param_int(WEFT_PARAM_SOCKET_WIDE_MIN_BYTES);
+  if (min < 0) min = comm->host_channels >= 8 ? (int64_t)WIDE_MIN_BYTES : 0;
+  return min > 0 && bytes >= (uint64_t)min;
+}
+
 ncclResult_t weft_tune(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                        size_t elem_size, struct weft_tuning *out) {
   return weft_tune_mapped(comm, kernels, func, bytes, elem_size, 0, out);
@@ -456,12 +477,13 @@ static void tune_log(const struct ncclComm *comm, int kernels, enum weft_func fu
                      const struct weft_tuning *out, double us, int own) {
   int simple_only = !kernels && !(tuning.proto_mask[func] & (1u << PROTO_SIMPLE));
   INFO(WEFT_TUNING,
-       "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu (est %.1f us, %s%s)",
+       "%s %zu bytes nranks %d path %s: %s, %s%s, %d channel%s, chunk %zu%s (est %.1f us, %s%s)",
        weft_func_name(func), bytes, comm->nranks, weft_tune_path_name(out->path),
        algo_names[out->algo], weft_proto_name(out->proto),
        simple_only ? " (host ranks run Simple whatever NCCL_PROTO says)" : "", out->nchannels,
-       out->nchannels == 1 ? "" : "s", out->chunk_bytes, us, out->fitted ? "fitted" : "placeholder",
-       own ? ", the ranks' own buffers" : "");
+       out->nchannels == 1 ? "" : "s", out->chunk_bytes,
+       out->wide ? " (the whole call in one step on the wide link)" : "", us,
+       out->fitted ? "fitted" : "placeholder", own ? ", the ranks' own buffers" : "");
 }
 
 ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum weft_func func,
@@ -494,8 +516,10 @@ ncclResult_t weft_tune_mapped(const struct ncclComm *comm, int kernels, enum wef
   out->proto = c.proto;
   out->path = path;
   out->fitted = c.row != NULL && c.row->measured;
-  out->nchannels = p2p ? 1 : pick_nchannels(comm, kernels, total, out->algo);
-  out->chunk_bytes = pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
+  out->wide = weft_tune_wide(comm, kernels, func, bytes, out->algo);
+  out->nchannels = p2p || out->wide ? 1 : pick_nchannels(comm, kernels, total, out->algo);
+  out->chunk_bytes =
+      out->wide ? 0 : pick_chunk(total, out->nchannels, elem_size ? elem_size : 1, kernels);
   out->estimated_us = (float)c.us;
   memcpy(&m->key, &key, sizeof(key)); /* bytes, padding included */
   m->out = *out;

@@ -22,6 +22,10 @@ struct weft_tuning {
   float estimated_us;       /* the model's time for this call */
   enum weft_tune_path path; /* whose rows the model read */
   int fitted;               /* the chosen row was measured, not a placeholder */
+  /* One lane on the wide link (WEFT_WIDE_CHANNEL) moving the whole call in
+   * one step (nchannels 1, chunk_bytes 0): a 2-rank Broadcast over sockets
+   * of at least WEFT_SOCKET_WIDE_MIN_BYTES (weft_tune_wide). */
+  int wide;
 };
 
 /* The table's row for a path, algorithm and protocol nearest to func on n
@@ -44,6 +48,15 @@ int weft_tune_ll128_links(const struct ncclComm *comm);
 int weft_tune_max_channels(int cuda_engine);
 /* The same with `def` as the default (NCCL_MIN_NCHANNELS above it wins). */
 int weft_tune_max_channels_or(int def);
+
+/* Whether a host collective (kernels 0) of `bytes` moves whole on the
+ * wide link: a Ring Broadcast on 2 ranks whose link is a socket, from
+ * WEFT_SOCKET_WIDE_MIN_BYTES (by default 128 MiB where the link is 8 or
+ * 16 socket channels with a helper thread each, comm->host_channels),
+ * unless NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS or WEFT_CHUNK_SIZE ask
+ * for channels or steps. */
+int weft_tune_wide(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
+                   enum weft_algo algo);
 
 /* Picks for func moving `bytes` (the caller's buffer size: count * elem) on
  * comm; logs the choice at INFO/TUNING. kernels: the plan runs as CUDA

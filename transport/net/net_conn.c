@@ -50,8 +50,12 @@
 #ifndef WEFT_NET_INFLIGHT
 #define WEFT_NET_INFLIGHT 4
 #endif
-#define SEND_INFLIGHT WEFT_NET_INFLIGHT
-#define RECV_INFLIGHT WEFT_NET_INFLIGHT
+/* A wide link's (weft_conn.wide): its messages, up to 16 MiB, are cut
+ * into chunks for many sockets, and 8 in flight moved a whole-call 2-rank
+ * Broadcast of 256 MiB-1 GiB more steadily than 4 (docs/PERFORMANCE.md,
+ * "Twenty-second pass"). */
+#define WIDE_INFLIGHT 8
+#define INFLIGHT_MAX (WEFT_NET_INFLIGHT > WIDE_INFLIGHT ? WEFT_NET_INFLIGHT : WIDE_INFLIGHT)
 /* Longest nap while a connection is being set up. */
 #define SETUP_NAP_MAX_US 2000
 
@@ -65,19 +69,20 @@ struct net_conn {
   void *listen;
   void *comm;
   void *mh;
+  int depth; /* messages (receives) in flight at most: WEFT_NET_INFLIGHT, a wide link's more */
   /* send: messages in flight, oldest first, from the stream's sent offset */
-  void *sreq[SEND_INFLIGHT];
-  size_t slen[SEND_INFLIGHT];
+  void *sreq[INFLIGHT_MAX];
+  size_t slen[INFLIGHT_MAX];
   int shead, scount;
   const char *sbuf;
   /* recv: receives in flight, oldest first, each at roff in the caller's
    * buffer or (the newest only) in the bounce buffer */
-  void *rreq[RECV_INFLIGHT];
-  size_t roff[RECV_INFLIGHT]; /* where in the caller's buffer each lands */
+  void *rreq[INFLIGHT_MAX];
+  size_t roff[INFLIGHT_MAX]; /* where in the caller's buffer each lands */
   int rhead, rcount;
   char *bounce;
   size_t bounce_len, bounce_off;
-  /* send: SEND_INFLIGHT x MSG_MAX bytes registered with the network, for
+  /* send: depth x MSG_MAX bytes registered with the network, for
    * networks that only move registered memory (external plugins) */
   char *stage;
   char what[32];
@@ -113,6 +118,7 @@ static ncclResult_t net_conn_priv(struct weft_conn *conn, struct net_conn **out)
       return ncclSystemError;
     }
     snprintf(q->what, sizeof(q->what), "rank %d", conn->peer);
+    q->depth = conn->wide ? WIDE_INFLIGHT : WEFT_NET_INFLIGHT;
     conn->priv = q;
   }
   struct net_conn *p = conn->priv;
@@ -172,6 +178,9 @@ static int net_conn_threads_pay(const struct weft_conn *conn) {
   int cpus = weft_cpus_usable();
   int nthreads = net_conn_link_threads(conn), nsocks;
   if (nthreads == 0) weft__ns_sock_counts(&nthreads, &nsocks);
+  /* A wide link runs alone, in place of the channels' links of one
+   * helper each: it is paid for like one of them. */
+  if (conn->wide && nthreads > 1) nthreads = 1;
   int local = conn->local_ranks > 0 ? conn->local_ranks : 1;
   return cpus >= local * (1 + nthreads);
 }
@@ -180,12 +189,12 @@ static int net_conn_threads_pay(const struct weft_conn *conn) {
  * Another network (an external plugin: verbs, EFA) may move registered
  * memory only, and the engine's buffers change every call, so messages go
  * through buffers registered once here: the sender copies each message
- * into one of SEND_INFLIGHT stage buffers, the receiver receives every
+ * into one of its depth of stage buffers, the receiver receives every
  * message into the bounce buffer. */
 static ncclResult_t net_conn_register(struct weft_conn *conn, struct net_conn *p) {
   if (p->net == &weft_net_socket)
     return p->net->reg_mr(p->comm, NULL, 0, WEFT_NET_PTR_HOST, &p->mh);
-  size_t bytes = conn->dir == WEFT_CONN_SEND ? (size_t)SEND_INFLIGHT * MSG_MAX : MSG_MAX;
+  size_t bytes = conn->dir == WEFT_CONN_SEND ? (size_t)p->depth * MSG_MAX : MSG_MAX;
   char *buf = malloc(bytes);
   if (buf == NULL) {
     WARN("rank %d: out of memory for the %s network's buffers to rank %d", conn->rank, p->net->name,
@@ -223,10 +232,12 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
     INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: over the %s network", conn->rank,
          conn->peer, conn->channel, p->net->name);
   else if (conn->dir == WEFT_CONN_SEND)
-    INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: %s", conn->rank, conn->peer,
-         conn->channel,
+    INFO(WEFT_NET, "rank %d: %slink to rank %d on channel %d: %s", conn->rank,
+         conn->wide ? "wide " : "", conn->peer, conn->channel,
          single ? "every message on one socket (no cores to spare for helper threads)"
-                : "large messages through the socket network's helper threads");
+         : conn->wide
+             ? "whole calls dealt between the socket network's helper threads and data sockets"
+             : "large messages through the socket network's helper threads");
   return net_conn_register(conn, p);
 }
 
@@ -250,15 +261,15 @@ static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size
     WEFT_CHECK(p->net->test(p->sreq[p->shead], &fin, NULL));
     if (!fin) break;
     *done += p->slen[p->shead];
-    p->shead = (p->shead + 1) % SEND_INFLIGHT;
+    p->shead = (p->shead + 1) % p->depth;
     p->scount--;
   }
   size_t off = *done;
-  for (int i = 0; i < p->scount; i++) off += p->slen[(p->shead + i) % SEND_INFLIGHT];
-  while (p->scount < SEND_INFLIGHT && off < bytes) {
+  for (int i = 0; i < p->scount; i++) off += p->slen[(p->shead + i) % p->depth];
+  while (p->scount < p->depth && off < bytes) {
     size_t len = bytes - off < msg_max ? bytes - off : msg_max;
     void *req = NULL;
-    int slot = (p->shead + p->scount) % SEND_INFLIGHT;
+    int slot = (p->shead + p->scount) % p->depth;
     char *data = (char *)buf + off;
     if (p->stage != NULL) data = memcpy(p->stage + (size_t)slot * MSG_MAX, data, len);
     WEFT_CHECK(p->net->isend(p->comm, data, len, 0, p->mh, &req));
@@ -276,8 +287,12 @@ static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_
                                   size_t *done) {
   struct net_conn *p = conn->priv;
   size_t before = *done;
-  size_t msg_max = conn->send_msg_max > 0 && conn->send_msg_max < MSG_MAX ? conn->send_msg_max
-                                                                          : MSG_MAX;
+  /* The engine's cap: lower for pieces; higher only on the socket
+   * network (another one moves messages through MSG_MAX stage buffers). */
+  size_t cap = p->net == &weft_net_socket ? WEFT_CONN_WIDE_MSG : MSG_MAX;
+  size_t msg_max = conn->send_msg_max == 0    ? MSG_MAX
+                   : conn->send_msg_max < cap ? conn->send_msg_max
+                                              : cap;
   ncclResult_t res = net_conn_send_step(p, buf, bytes, msg_max, done);
   /* A message that finished inside isend is seen at once. */
   if (res == ncclSuccess && *done == before && p->scount > 0)
@@ -310,7 +325,7 @@ static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t byt
     WEFT_CHECK(p->net->irecv(p->comm, 1, &data, &size, &tag, &p->mh, &req));
   }
   if (req == NULL) return ncclSuccess;
-  int slot = (p->rhead + p->rcount++) % RECV_INFLIGHT;
+  int slot = (p->rhead + p->rcount++) % p->depth;
   p->rreq[slot] = req;
   p->roff[slot] = off;
   return ncclSuccess;
@@ -322,8 +337,8 @@ static ncclResult_t net_conn_recv_post(struct net_conn *p, char *buf, size_t byt
  * buffer, which only the newest one may use. */
 static ncclResult_t net_conn_recv_more(struct net_conn *p, char *buf, size_t bytes, size_t done) {
   if (p->rcount == 0) return net_conn_recv_post(p, buf, bytes, done);
-  if (p->rcount == RECV_INFLIGHT || p->net != &weft_net_socket) return ncclSuccess;
-  int newest = (p->rhead + p->rcount - 1) % RECV_INFLIGHT;
+  if (p->rcount == p->depth || p->net != &weft_net_socket) return ncclSuccess;
+  int newest = (p->rhead + p->rcount - 1) % p->depth;
   size_t size;
   if (!weft_net_socket_recv_size(p->rreq[newest], &size) ||
       weft_net_socket_recv_in_spare(p->rreq[newest]))
@@ -350,7 +365,7 @@ static ncclResult_t net_conn_recv_step(struct net_conn *p, char *buf, size_t byt
     void *req = p->rreq[p->rhead];
     WEFT_CHECK(p->net->test(req, &fin, &got));
     if (!fin) return net_conn_recv_more(p, buf, bytes, *done);
-    p->rhead = (p->rhead + 1) % RECV_INFLIGHT;
+    p->rhead = (p->rhead + 1) % p->depth;
     p->rcount--;
     if (net_conn_in_bounce(p, req))
       p->bounce_len = got, p->bounce_off = 0;
