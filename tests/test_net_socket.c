@@ -3,7 +3,8 @@
  * a forked child sends (forked before either starts a helper thread; the
  * handle crosses a pipe). Messages of 0 B..64 MiB with random contents,
  * many in flight, a send smaller and one larger than the receive, a
- * stranger at the listener, a peer killed mid-message, a sender whose
+ * stranger at the listener, a peer killed mid-message, a send that leaves
+ * a copy behind (isend_mirror), a sender whose
  * socket is full sleeping, and the thread and socket counts (1x1, 4x2).
  * Parameters are read once per process, so each test sets them before its
  * fork (Check runs each test in its own fork). */
@@ -362,6 +363,46 @@ START_TEST(test_send_larger_chunked) {
   memset(buf, 0x5a, 3 * MIB);
   recv_into(comm, buf, 2 * MIB, ncclInvalidUsage, 0, 0);
   ck_assert(all_bytes(buf + 2 * MIB, 1 * MIB, 0x5a));
+  free(buf);
+  pair_finish(&p, comm);
+}
+END_TEST
+
+/* ---- A send that leaves a copy behind ----------------------------------------- */
+
+#define MIRROR_GUARD 64
+
+/* isend_mirror of a chunked message (its chunks copied by the helper
+ * threads that send them) and of an inline one (copied by the caller):
+ * each mirror holds the message when the request is done, and nothing
+ * past it changed. */
+static int send_mirrored(void *comm, int fd) {
+  (void)fd;
+  static const size_t n[] = {5 * MIB + 3, 1000};
+  char *buf = malloc(6 * MIB), *mirror = malloc(6 * MIB + MIRROR_GUARD);
+  if (buf == NULL || mirror == NULL) return 0;
+  for (int i = 0; i < 2; i++) {
+    fill(buf, n[i], (uint64_t)i + 11);
+    memset(mirror, 0x5a, n[i] + MIRROR_GUARD);
+    void *req = NULL;
+    if (weft_net_socket_isend_mirror(comm, buf, n[i], mirror, &req) != ncclSuccess || req == NULL ||
+        wait_req(req, NULL) != ncclSuccess)
+      return 0;
+    if (!matches(mirror, n[i], (uint64_t)i + 11) || !all_bytes(mirror + n[i], MIRROR_GUARD, 0x5a))
+      return 0;
+  }
+  free(buf);
+  free(mirror);
+  return net->close_send(comm) == ncclSuccess;
+}
+
+START_TEST(test_send_mirror) {
+  set_counts("4", "1");
+  struct pair p = pair_start(send_mirrored);
+  void *comm = accept_comm(p.listen);
+  char *buf = malloc(8 * MIB);
+  recv_into(comm, buf, 8 * MIB, ncclSuccess, 5 * MIB + 3, 11);
+  recv_into(comm, buf, 8 * MIB, ncclSuccess, 1000, 12);
   free(buf);
   pair_finish(&p, comm);
 }
@@ -786,6 +827,7 @@ static Suite *net_socket_suite(void) {
   tcase_add_loop_test(tc, test_inflight, 0, 4);
   tcase_add_test(tc, test_send_smaller_then_larger);
   tcase_add_test(tc, test_send_larger_chunked);
+  tcase_add_test(tc, test_send_mirror);
   tcase_add_test(tc, test_recv_spare);
   tcase_add_test(tc, test_chunks_to_free_sockets);
   tcase_add_test(tc, test_full_sockets_sleep);

@@ -43,6 +43,14 @@ ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
   return ncclSuccess;
 }
 
+ncclResult_t weft_xfer_send_mirror(struct weft_xfer *x, char *mirror, int *moved) {
+  size_t before = x->done;
+  if (!weft_xfer_pending(x)) return ncclSuccess;
+  WEFT_CHECK(x->conn->ops->send_mirror(x->conn, x->buf, x->bytes, mirror, &x->done));
+  if (x->done != before) *moved = 1;
+  return ncclSuccess;
+}
+
 int64_t weft_spin_pure(int local_ranks) {
   return local_ranks <= weft_cpus_usable() ? SPIN_PURE_ALONE : SPIN_PURE;
 }

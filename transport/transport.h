@@ -53,6 +53,10 @@ struct weft_conn {
    * WEFT_CONN_WIDE_MSG): the peer receives each of the call's steps
    * whole, so any message up to that size fits where it lands. */
   size_t send_msg_max;
+  /* Set by the transport at connect: its send_mirror makes the copy on
+   * threads of its own (a wide link's socket helpers), so a step's copy
+   * of what it sends is better made there than by the engine. */
+  int can_mirror;
 };
 
 /* The largest message a sender may ask for (send_msg_max) where the peer
@@ -94,6 +98,14 @@ struct weft_transport_ops {
   size_t (*peer_mem_min)(const struct weft_conn *conn);
   ncclResult_t (*peer_mem)(struct weft_conn *conn, void *local, uint64_t remote, size_t n,
                            int write);
+  /* Optional (NULL: none), on a send conn: send that also writes the
+   * bytes it sends to mirror (the same offsets; mirror and buf do not
+   * overlap), each before its send is counted in *done. The socket
+   * network's helper threads copy each chunk there as they take it and
+   * send it from the copy, still in their cache: a broadcast root's copy
+   * of its input to its output, made beside its send (net_conn.c). */
+  ncclResult_t (*send_mirror)(struct weft_conn *conn, const void *buf, size_t bytes, char *mirror,
+                              size_t *done);
 };
 
 extern const struct weft_transport_ops weft_net_socket_ops;
@@ -114,6 +126,10 @@ static inline int weft_xfer_pending(const struct weft_xfer *x) {
 /* Non-blocking: moves what the transport can take or give now; sets *moved
  * when bytes moved. */
 ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved);
+/* The same for a send whose bytes also land at mirror (the same offsets
+ * from mirror as from x->buf): through the transport's send_mirror, which
+ * the caller checked it has. */
+ncclResult_t weft_xfer_send_mirror(struct weft_xfer *x, char *mirror, int *moved);
 
 /* The state of one wait over many transfers (a collective's lanes, a
  * send/recv pair). The caller polls its transfers; after a pass in which

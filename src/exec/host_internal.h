@@ -73,6 +73,9 @@ struct weft_host_lane {
   uint64_t tx_hdr_val[2];
   char *tx_data;
   size_t tx_bytes;
+  /* The step's LOCAL copy rides its send: the link writes the bytes it
+   * sends here too (weft_xfer_send_mirror); NULL: none. */
+  char *tx_mirror;
   /* Receive. */
   struct weft_xfer rx;
   enum weft_host_rx rx_mode;

@@ -34,6 +34,7 @@
  * then each sends a word that its half is done and waits for the peer's.
  * Each side touches only its half of both buffers, so the sides never
  * wait on each other until the end. Otherwise the data goes as above. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,12 +131,32 @@ static int lane_swap_offer(const struct weft_host_run *r, const struct weft_host
   return min > 0 && st->send_bytes >= min;
 }
 
+/* Where a step's LOCAL copy can ride its send (the copy reads the bytes
+ * the send moves, to a destination apart from them, and the link can
+ * write what it sends there too: transport.h, send_mirror): the
+ * destination, else NULL. A broadcast root's copy of its input to its
+ * output is then made by the socket helper threads as they send each
+ * chunk, from their cache, instead of by the copy pool beside them. */
+static char *lane_mirror(const struct weft_host_run *r, const struct weft_host_lane *l,
+                         const struct weft_step *st, const struct weft_conn *c) {
+  const unsigned both = WEFT_STEP_SEND | WEFT_STEP_LOCAL;
+  if ((st->flags & both) != both || !c->can_mirror || c->ops->send_mirror == NULL ||
+      r->records != NULL || r->is_p2p || st->local_buf != st->send_buf ||
+      st->local_off != st->send_off || st->recv_bytes != st->send_bytes || st->send_bytes == 0)
+    return NULL;
+  char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
+  const char *src = run_buf(r, l, st->send_buf, st->send_off);
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src, n = st->send_bytes;
+  return dst != NULL && src != NULL && (d + n <= s || s + n <= d) ? dst : NULL;
+}
+
 static void lane_start_send(struct weft_host_run *r, struct weft_host_lane *l,
                             const struct weft_step *st) {
   struct weft_conn *c = weft_comm_conn(r->h->comm, l->lane->channel, st->send_peer, WEFT_CONN_SEND);
   c->send_msg_max = r->msg_max;
   l->tx_data = run_buf(r, l, st->send_buf, st->send_off);
   l->tx_bytes = st->send_bytes;
+  l->tx_mirror = lane_mirror(r, l, st, c);
   if (r->records != NULL) {
     l->tx_hdr = 1;
     l->tx = (struct weft_xfer){c, (char *)&r->records[r->h->comm->rank], sizeof(*r->records), 0};
@@ -189,6 +210,7 @@ static ncclResult_t lane_start_recv(struct weft_host_run *r, struct weft_host_la
 }
 
 static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
+  if (l->tx_mirror != NULL) return weft_xfer_send_mirror(&l->tx, l->tx_mirror, moved);
   WEFT_CHECK(weft_xfer_progress(&l->tx, moved));
   if (l->tx_hdr && !l->tx_hold && !weft_xfer_pending(&l->tx)) {
     l->tx_hdr = 0;
@@ -228,8 +250,9 @@ static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_la
   l->tx_hold = 0;
   l->rx_mode = WEFT_HOST_RX_NONE;
   l->cp_left = 0;
-  if (st->flags & WEFT_STEP_LOCAL) lane_start_local(r, l, st);
+  l->tx_mirror = NULL;
   if (st->flags & WEFT_STEP_SEND) lane_start_send(r, l, st);
+  if ((st->flags & WEFT_STEP_LOCAL) && l->tx_mirror == NULL) lane_start_local(r, l, st);
   if (st->flags & WEFT_STEP_RECV) WEFT_CHECK(lane_start_recv(r, l, st));
   return ncclSuccess;
 }
@@ -490,6 +513,7 @@ ncclResult_t weft__host_run_prepare(struct weft_host_run *r) {
     l->tx = (struct weft_xfer){0};
     l->rx = (struct weft_xfer){0};
     l->tx_hold = 0;
+    l->tx_mirror = NULL;
     l->rx_mode = WEFT_HOST_RX_NONE;
     WEFT_CHECK(lane_scratch(r, l, l->lane->scratch_bytes));
   }

@@ -228,6 +228,11 @@ static ncclResult_t net_conn_connect(struct weft_conn *conn, const void *peer_ha
     WEFT_CHECK(p->net->close_listen(p->listen));
     p->listen = NULL;
   }
+  /* A wide link's helpers copy a chunk while their sockets drain; on a
+   * channel's link of one socket, whose 512 KiB steps are one chunk each,
+   * the copy lengthens every step: a 64 MiB Broadcast out of place moved
+   * 17-21% less (docs/PERFORMANCE.md, "Twenty-second pass"). */
+  conn->can_mirror = socket_send && !single && conn->wide;
   if (conn->dir == WEFT_CONN_SEND && p->net != &weft_net_socket)
     INFO(WEFT_NET, "rank %d: link to rank %d on channel %d: over the %s network", conn->rank,
          conn->peer, conn->channel, p->net->name);
@@ -251,7 +256,7 @@ static ncclResult_t net_conn_closed(const struct weft_conn *conn, ncclResult_t r
 }
 
 static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size_t bytes,
-                                       size_t msg_max, size_t *done) {
+                                       char *mirror, size_t msg_max, size_t *done) {
   if (p->scount > 0 && p->sbuf != buf) {
     WARN("net_socket: a send to %s changed buffers with %d messages in flight", p->what, p->scount);
     return ncclInternalError;
@@ -271,8 +276,13 @@ static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size
     void *req = NULL;
     int slot = (p->shead + p->scount) % p->depth;
     char *data = (char *)buf + off;
-    if (p->stage != NULL) data = memcpy(p->stage + (size_t)slot * MSG_MAX, data, len);
-    WEFT_CHECK(p->net->isend(p->comm, data, len, 0, p->mh, &req));
+    if (mirror != NULL && p->net == &weft_net_socket) {
+      WEFT_CHECK(weft_net_socket_isend_mirror(p->comm, data, len, mirror + off, &req));
+    } else {
+      if (mirror != NULL) memcpy(mirror + off, data, len);
+      if (p->stage != NULL) data = memcpy(p->stage + (size_t)slot * MSG_MAX, data, len);
+      WEFT_CHECK(p->net->isend(p->comm, data, len, 0, p->mh, &req));
+    }
     if (req == NULL) break;
     p->scount++;
     p->sreq[slot] = req;
@@ -283,8 +293,8 @@ static ncclResult_t net_conn_send_step(struct net_conn *p, const void *buf, size
   return ncclSuccess;
 }
 
-static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_t bytes,
-                                  size_t *done) {
+static ncclResult_t net_conn_send_mirror(struct weft_conn *conn, const void *buf, size_t bytes,
+                                         char *mirror, size_t *done) {
   struct net_conn *p = conn->priv;
   size_t before = *done;
   /* The engine's cap: lower for pieces; higher only on the socket
@@ -293,11 +303,16 @@ static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_
   size_t msg_max = conn->send_msg_max == 0    ? MSG_MAX
                    : conn->send_msg_max < cap ? conn->send_msg_max
                                               : cap;
-  ncclResult_t res = net_conn_send_step(p, buf, bytes, msg_max, done);
+  ncclResult_t res = net_conn_send_step(p, buf, bytes, mirror, msg_max, done);
   /* A message that finished inside isend is seen at once. */
   if (res == ncclSuccess && *done == before && p->scount > 0)
-    res = net_conn_send_step(p, buf, bytes, msg_max, done);
+    res = net_conn_send_step(p, buf, bytes, mirror, msg_max, done);
   return net_conn_closed(conn, res);
+}
+
+static ncclResult_t net_conn_send(struct weft_conn *conn, const void *buf, size_t bytes,
+                                  size_t *done) {
+  return net_conn_send_mirror(conn, buf, bytes, NULL, done);
 }
 
 /* Whether a finished (or sized) receive landed in the bounce buffer. */
@@ -412,4 +427,5 @@ const struct weft_transport_ops weft_net_socket_ops = {
     .recv = net_conn_recv,
     .wait_fd = net_conn_wait_fd,
     .close = net_conn_close,
+    .send_mirror = net_conn_send_mirror,
 };

@@ -248,6 +248,7 @@ static struct weft_ns_request *req_take(struct weft_ns_comm *c, int is_send, voi
   r->spare = NULL;
   r->spare_size = 0;
   r->in_spare = 0;
+  r->mirror = NULL;
   r->size = is_send ? size : 0;
   r->ctrl_done = 0;
   r->seq = c->posted;
@@ -257,23 +258,35 @@ static struct weft_ns_request *req_take(struct weft_ns_comm *c, int is_send, voi
   return r;
 }
 
-ncclResult_t weft__ns_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
-                            void **request) {
-  struct weft_ns_comm *c = send_comm;
-  (void)tag, (void)mhandle;
+static ncclResult_t isend_post(struct weft_ns_comm *c, void *data, size_t size, char *mirror,
+                               void **request) {
   *request = NULL;
   ncclResult_t err = (ncclResult_t)atomic_load(&c->err);
   if (err != ncclSuccess) return err;
   struct weft_ns_request *r = req_take(c, 1, data, size);
   if (r == NULL) return ncclSuccess;
-  if (size <= c->inline_max)
+  if (size <= c->inline_max) {
     r->msg.flags |= WEFT_NS_MSG_INLINE;
-  else if (size > 0)
+    if (mirror != NULL && size > 0) memcpy(mirror, data, size);
+  } else if (size > 0) {
+    r->mirror = mirror;
     weft__ns_post_chunks(c, r);
+  }
   c->posted++;
   WEFT_CHECK(ctrl_progress(c));
   *request = r;
   return ncclSuccess;
+}
+
+ncclResult_t weft__ns_isend(void *send_comm, void *data, size_t size, int tag, void *mhandle,
+                            void **request) {
+  (void)tag, (void)mhandle;
+  return isend_post(send_comm, data, size, NULL, request);
+}
+
+ncclResult_t weft_net_socket_isend_mirror(void *send_comm, void *data, size_t size, void *mirror,
+                                          void **request) {
+  return isend_post(send_comm, data, size, mirror, request);
 }
 
 ncclResult_t weft_net_socket_irecv_spare(void *recv_comm, void *data, size_t size, void *spare,

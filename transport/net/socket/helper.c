@@ -113,6 +113,7 @@ static enum sock_state send_progress(struct weft_ns_comm *c, struct weft_ns_thre
       if (r == NULL) return SOCK_IDLE;
       sk->req = r;
       sk->data = r->data + off;
+      if (r->mirror != NULL) sk->data = memcpy(r->mirror + off, sk->data, len);
       sk->len = len;
       sk->done = 0;
       sk->hdr = (struct weft_ns_chunk){

@@ -131,6 +131,9 @@ struct weft_ns_request {
   char *spare;
   size_t spare_size;
   int in_spare;
+  /* A send's mirror (weft_net_socket_isend_mirror): each chunk is copied
+   * here before it is sent, and sent from the copy; NULL: none. */
+  char *mirror;
   size_t size;   /* the bytes that move: known to a receiver once the header is in */
   uint64_t seq;  /* requests posted on the comm before this one */
   struct weft_ns_msg msg;
@@ -251,6 +254,13 @@ int weft_net_socket_recv_size(void *request, size_t *size_out);
  * message larger than both is refused as irecv refuses one. */
 ncclResult_t weft_net_socket_irecv_spare(void *recv_comm, void *data, size_t size, void *spare,
                                          size_t spare_size, void **request);
+/* isend that also writes the message's size bytes to mirror (which does
+ * not overlap data) before the request finishes: the helper thread that
+ * takes a chunk copies it there and sends it from the copy, still in its
+ * cache; an inline message is copied by the caller. A broadcast root's
+ * copy of its input to its output, made by the sending threads. */
+ncclResult_t weft_net_socket_isend_mirror(void *send_comm, void *data, size_t size, void *mirror,
+                                          void **request);
 /* Whether a receive posted with a spare landed there: known once its
  * size is (weft_net_socket_recv_size), still readable right after the
  * test that finished it (the slot is reused only by a later post). */
