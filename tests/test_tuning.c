@@ -475,14 +475,14 @@ static struct weft_tuning wide_tune(int nranks, int host_channels, enum weft_fun
 }
 
 /* The wide link by default: a 2-rank Broadcast over 8 or 16 socket
- * channels from 128 MiB, in one step on one lane; nothing else. */
+ * channels from 32 MiB, in one step on one lane; nothing else. */
 START_TEST(wide_default) {
   struct weft_tuning t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, 256u << 20);
   ck_assert_int_eq(t.wide, 1);
   ck_assert_int_eq(t.nchannels, 1);
   ck_assert_uint_eq(t.chunk_bytes, 0);
-  ck_assert_int_eq(wide_tune(2, 8, WEFT_FUNC_BROADCAST, 128u << 20).wide, 1);
-  t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, (128u << 20) - 4);
+  ck_assert_int_eq(wide_tune(2, 8, WEFT_FUNC_BROADCAST, 32u << 20).wide, 1);
+  t = wide_tune(2, 16, WEFT_FUNC_BROADCAST, (32u << 20) - 4);
   ck_assert_int_eq(t.wide, 0);
   ck_assert_int_eq(t.nchannels, 16);
   ck_assert_int_eq(wide_tune(2, 0, WEFT_FUNC_BROADCAST, 256u << 20).wide, 0); /* no helpers */

@@ -182,7 +182,7 @@ const struct weft_param_row weft_param_rows[WEFT_PARAM_COUNT] = {
                 "1: one call at a time"),
     [WEFT_PARAM_SOCKET_WIDE_MIN_BYTES] =
         INT_ROW("WEFT_SOCKET_WIDE_MIN_BYTES", -1, -1, 1099511627776LL,
-                "-1 (134217728 where 2 host ranks' link is 8 or 16 socket channels, i.e. 4 "
+                "-1 (33554432 where 2 host ranks' link is 8 or 16 socket channels, i.e. 4 "
                 "cores per local rank; else never)",
                 "a 2-rank Broadcast over sockets of at least this many bytes moves in one "
                 "piece on one wide link, its 16 MiB messages dealt between as many helper "

@@ -404,12 +404,14 @@ static int own_buffers(const struct ncclComm *comm, int kernels, enum weft_func 
 }
 
 /* The wide link's default threshold where the channels have helper
- * threads. On the 16 cores of H100 servers (2 host ranks over loopback,
- * 2026-12-06, docs/PERFORMANCE.md "Twenty-second pass") one link of 16
- * sockets carrying the whole call moved the in-place Broadcast of 256
- * MiB-1 GiB 0-27% faster than 16 channels of 512 KiB steps, out of place
- * even; at 64 MiB even in place and up to a fifth slower out of place. */
-#define WIDE_MIN_BYTES ((size_t)128 << 20)
+ * threads. On the 16 cores of two H100 servers (2 host ranks over
+ * loopback, 2026-12-06, docs/PERFORMANCE.md "Twenty-second pass"), with
+ * the root's copy made by the sending helpers, one link of 16 sockets
+ * carrying the whole call moved a Broadcast of 32-256 MiB -7% to +52%
+ * against 16 channels of 512 KiB steps out of place (within 1% or faster
+ * in 21 of 24 same-round pairs) and -4% to +36% in place; at 16 MiB out
+ * of place -16% to +2%. */
+#define WIDE_MIN_BYTES ((size_t)32 << 20)
 
 int weft_tune_wide(const struct ncclComm *comm, int kernels, enum weft_func func, size_t bytes,
                    enum weft_algo algo) {

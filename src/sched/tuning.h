@@ -51,7 +51,7 @@ int weft_tune_max_channels_or(int def);
 
 /* Whether a host collective (kernels 0) of `bytes` moves whole on the
  * wide link: a Ring Broadcast on 2 ranks whose link is a socket, from
- * WEFT_SOCKET_WIDE_MIN_BYTES (by default 128 MiB where the link is 8 or
+ * WEFT_SOCKET_WIDE_MIN_BYTES (by default 32 MiB where the link is 8 or
  * 16 socket channels with a helper thread each, comm->host_channels),
  * unless NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS or WEFT_CHUNK_SIZE ask
  * for channels or steps. */
