@@ -6,7 +6,8 @@
  * within WEFT_TIMEOUT; ranks that disagree on a call, or on a send/recv
  * size, all get ncclInvalidUsage and can go on with the communicator; a
  * 2-rank broadcast over sockets moves whole on the wide link from
- * WEFT_SOCKET_WIDE_MIN_BYTES, correct in place and out of place.
+ * WEFT_SOCKET_WIDE_MIN_BYTES, correct in place and out of place, and its
+ * root gets an error in time when the peer dies mid-call.
  *
  * Each test runs in its own Check fork, so the environment a test sets is
  * read by that test's first NCCL call. */
@@ -215,26 +216,36 @@ static void *die_later(void *arg) {
   return NULL;
 }
 
-/* Big all-reduces in a loop; DIE_RANK kills itself in the middle. The
- * others must see an error within the timeout, then abort. */
+/* Which rank dies, and whether the loop is of broadcasts from rank 0
+ * (NULL: all-reduces, DIE_RANK dies). */
+struct die_case {
+  int die;
+  int broadcast;
+};
+
+/* Big all-reduces (or broadcasts) in a loop; one rank kills itself in the
+ * middle. The others must see an error within the timeout, then abort. */
 static int die_rank(int rank, int nranks, ncclUniqueId id, void *arg) {
-  (void)arg;
+  const struct die_case *dc = arg;
+  int dier = dc != NULL ? dc->die : DIE_RANK;
   ncclComm_t comm;
   size_t count = 1 << 20;
   HNCCL(ncclCommInitRank(&comm, nranks, id, rank));
   float *buf = calloc(count, sizeof(float));
   HCHECK(buf != NULL, "out of memory");
   pthread_t t;
-  if (rank == DIE_RANK) HCHECK(pthread_create(&t, NULL, die_later, NULL) == 0, "pthread_create");
+  if (rank == dier) HCHECK(pthread_create(&t, NULL, die_later, NULL) == 0, "pthread_create");
   ncclResult_t res = ncclSuccess;
   double start = harness_now(), failed_at = 0;
   while (res == ncclSuccess && harness_now() < start + 30) {
     double t0 = harness_now();
-    res = ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
+    res = dc != NULL && dc->broadcast
+              ? ncclBroadcast(buf, buf, count, ncclFloat32, 0, comm, NULL)
+              : ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, NULL);
     failed_at = harness_now() - t0;
   }
   free(buf);
-  HCHECK(res != ncclSuccess, "all-reduces kept succeeding after rank %d died", DIE_RANK);
+  HCHECK(res != ncclSuccess, "the calls kept succeeding after rank %d died", dier);
   HCHECK(failed_at < DIE_TIMEOUT_S + 3, "the failing all-reduce took %.1f s", failed_at);
   HNCCL(ncclCommAbort(comm));
   return 0;
@@ -280,6 +291,24 @@ START_TEST(test_rank_killed) {
   int fresh;
   while ((fresh = new_segments(before, nbefore)) > 0 && harness_now() < until) harness_sleep_ms(50);
   ck_assert_msg(fresh == 0, "%d /dev/shm/weft-* segments left behind", fresh);
+}
+END_TEST
+
+/* The peer of a wide-link broadcast (2 ranks over sockets, helper threads)
+ * dies mid-call: the root gets an error within the timeout. */
+START_TEST(test_wide_peer_killed) {
+  char why[4096], timeout[16];
+  snprintf(timeout, sizeof(timeout), "%d", DIE_TIMEOUT_S);
+  setenv("WEFT_TIMEOUT", timeout, 1);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("WEFT_SOCKET_WIDE_MIN_BYTES", "1048576", 1);
+  setenv("WEFT_SOCKET_HOST_THREADS", "1", 1);
+  setenv("NCCL_SOCKET_NTHREADS", "4", 1);
+  struct die_case dc = {.die = 1, .broadcast = 1};
+  int rc = harness_procs(2, 60, die_rank, &dc, why, sizeof(why));
+  ck_assert_msg(rc != 0, "rank 1 did not die");
+  ck_assert_msg(strstr(why, "rank 1: died of signal 9") != NULL, "%s", why);
+  ck_assert_msg(strstr(why, "rank 0:") == NULL, "the root failed: %s", why);
 }
 END_TEST
 
@@ -445,6 +474,7 @@ int main(void) {
   tcase_add_test(tc, test_shm_full_falls_back);
   tcase_add_test(tc, test_wide_broadcast);
   tcase_add_test(tc, test_rank_killed);
+  tcase_add_test(tc, test_wide_peer_killed);
   suite_add_tcase(s, tc);
   tc = tcase_create("mismatch");
   tcase_set_timeout(tc, 120);
