@@ -32,10 +32,14 @@
 /* Descriptors one sleep watches; past this it naps instead. */
 #define WAIT_MAX_FDS 64
 
-ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
+/* What the transport can move of x now; a send with a mirror goes through
+ * send_mirror. */
+static ncclResult_t xfer_move(struct weft_xfer *x, char *mirror, int *moved) {
   size_t before = x->done;
   if (!weft_xfer_pending(x)) return ncclSuccess;
-  if (x->conn->dir == WEFT_CONN_SEND)
+  if (mirror != NULL)
+    WEFT_CHECK(x->conn->ops->send_mirror(x->conn, x->buf, x->bytes, mirror, &x->done));
+  else if (x->conn->dir == WEFT_CONN_SEND)
     WEFT_CHECK(x->conn->ops->send(x->conn, x->buf, x->bytes, &x->done));
   else
     WEFT_CHECK(x->conn->ops->recv(x->conn, x->buf, x->bytes, &x->done));
@@ -43,12 +47,12 @@ ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
   return ncclSuccess;
 }
 
+ncclResult_t weft_xfer_progress(struct weft_xfer *x, int *moved) {
+  return xfer_move(x, NULL, moved);
+}
+
 ncclResult_t weft_xfer_send_mirror(struct weft_xfer *x, char *mirror, int *moved) {
-  size_t before = x->done;
-  if (!weft_xfer_pending(x)) return ncclSuccess;
-  WEFT_CHECK(x->conn->ops->send_mirror(x->conn, x->buf, x->bytes, mirror, &x->done));
-  if (x->done != before) *moved = 1;
-  return ncclSuccess;
+  return xfer_move(x, mirror, moved);
 }
 
 int64_t weft_spin_pure(int local_ranks) {
