@@ -48,7 +48,8 @@ START_TEST(test_wants) {
 }
 END_TEST
 
-/* The poster only waits: every byte is the pool threads' work. */
+/* The poster only waits: every byte is the pool threads' work; copied
+ * with memcpy (_i 0) and past the cache (_i 1). */
 START_TEST(test_pool_alone) {
   size_t n = ((size_t)8 << 20) + 12345;
   char *src = malloc(n), *dst = malloc(n);
@@ -58,7 +59,7 @@ START_TEST(test_pool_alone) {
   struct weft_host_copy_pool pool;
   struct weft_host_copy c = {0};
   weft_host_copy_pool_init(&pool, 3, 0);
-  weft_host_copy_post(&pool, &c, dst, src, n);
+  weft_host_copy_post(&pool, &c, dst, src, n, _i);
   ck_assert_int_eq(proc_threads_named("weft-copy"), 3);
   while (!weft_host_copy_finished(&c)) weft_host_copy_wait(&pool);
   ck_assert(memcmp(src, dst, n) == 0);
@@ -70,8 +71,8 @@ START_TEST(test_pool_alone) {
 }
 END_TEST
 
-/* Many copies of odd sizes at once, the poster helping as the engine
- * does; then the same pool again (threads that slept wake for it). */
+/* Many copies of odd sizes at once (every other one past the cache), the poster helping as the
+ * engine does; then the same pool again (threads that slept wake for it). */
 START_TEST(test_many_copies) {
   enum { NCOPIES = 12 };
   size_t n = (size_t)24 << 20;
@@ -87,7 +88,7 @@ START_TEST(test_many_copies) {
     size_t off = 0;
     for (int i = 0; i < NCOPIES; i++) {
       size_t len = (size_t)(i + 1) * 300007 + (size_t)round * 4099;
-      weft_host_copy_post(&pool, &c[i], dst + off, src + off, len);
+      weft_host_copy_post(&pool, &c[i], dst + off, src + off, len, (int)(i & 1));
       off += len + 64;
     }
     ck_assert(off < n);
@@ -118,7 +119,7 @@ START_TEST(test_cancel) {
   struct weft_host_copy_pool pool;
   struct weft_host_copy c = {0};
   weft_host_copy_pool_init(&pool, 2, 0);
-  weft_host_copy_post(&pool, &c, dst, src, n);
+  weft_host_copy_post(&pool, &c, dst, src, n, 0);
   weft_host_copy_cancel(&pool, &c);
   ck_assert(weft_host_copy_finished(&c));
   memset(dst, 2, n);
@@ -131,13 +132,15 @@ START_TEST(test_cancel) {
 }
 END_TEST
 
-/* Broadcasts 8 MiB + 4 floats from rank 1 of two ranks (the root's copy
- * goes to its pool), then AllReduces on one rank out of place (a LOCAL
- * copy of the whole input). */
+/* Broadcasts 8 MiB + 4 floats (_i 0) or WEFT_HOST_COPY_STREAM_MIN + 4
+ * floats (_i 1: the pool copies past the cache) from rank 1 of two ranks
+ * (the root's copy goes to its pool), then AllReduces on one rank out of
+ * place (a LOCAL copy of the whole input, with memcpy: it reduces). */
 START_TEST(test_engine_pool) {
   setenv("WEFT_HOST_COPY_THREADS", "2", 1);
   enum { N = 2 };
-  size_t count = ((size_t)2 << 20) + 4, bytes = count * sizeof(float);
+  size_t count = (_i ? WEFT_HOST_COPY_STREAM_MIN / sizeof(float) : ((size_t)2 << 20)) + 4;
+  size_t bytes = count * sizeof(float);
   ncclComm_t comms[N], solo;
   ck_assert_int_eq(ncclCommInitAll(comms, N, NULL), ncclSuccess);
   float *in[N], *out[N];
@@ -178,13 +181,13 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_threads_rule);
   tcase_add_test(tc, test_wants);
-  tcase_add_test(tc, test_pool_alone);
+  tcase_add_loop_test(tc, test_pool_alone, 0, 2);
   tcase_add_test(tc, test_many_copies);
   tcase_add_test(tc, test_cancel);
   suite_add_tcase(s, tc);
   TCase *te = tcase_create("engine");
   tcase_set_timeout(te, 60);
-  tcase_add_test(te, test_engine_pool);
+  tcase_add_loop_test(te, test_engine_pool, 0, 2);
   suite_add_tcase(s, te);
   return suite_run(s);
 }

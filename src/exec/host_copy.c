@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/copy.h"
 #include "base/debug.h"
 #include "base/param.h"
 
@@ -57,7 +58,10 @@ static struct weft_host_copy *pool_claim(struct weft_host_copy_pool *p, size_t *
 static void pool_copy(struct weft_host_copy_pool *p, struct weft_host_copy *c, size_t off, size_t n,
                       int by_pool) {
   pthread_mutex_unlock(&p->lock);
-  memcpy(c->dst + off, c->src + off, n);
+  if (c->stream)
+    weft_copy_stream(c->dst + off, c->src + off, n);
+  else
+    memcpy(c->dst + off, c->src + off, n);
   pthread_mutex_lock(&p->lock);
   if (by_pool) c->pool_bytes += n;
   atomic_store_explicit(&c->done, atomic_load_explicit(&c->done, memory_order_relaxed) + n,
@@ -113,10 +117,11 @@ static void pool_start(struct weft_host_copy_pool *p) {
 }
 
 void weft_host_copy_post(struct weft_host_copy_pool *p, struct weft_host_copy *c, char *dst,
-                         const char *src, size_t bytes) {
+                         const char *src, size_t bytes, int stream) {
   c->dst = dst;
   c->src = src;
   c->bytes = bytes;
+  c->stream = stream;
   c->claimed = 0;
   c->pool_bytes = 0;
   c->next = NULL;

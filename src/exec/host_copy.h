@@ -25,6 +25,15 @@
  * pieces, so even one step's copy spreads over several threads. */
 #define WEFT_HOST_COPY_PIECE (128u * 1024u)
 
+/* A collective that does not reduce has its copies made past the cache
+ * (weft_copy_stream) from blocks of this many bytes a rank (a Broadcast's
+ * buffer, an AllGather's part): smaller, a call's input and output fit a
+ * server's last-level cache together, where plain stores kept up (the
+ * 16 MiB socket Broadcast -31% to +34% in the same rounds); at 256 MiB
+ * a socket AllGather moved 12-35% more (docs/PERFORMANCE.md, twenty-third
+ * pass). */
+#define WEFT_HOST_COPY_STREAM_MIN ((size_t)64 << 20)
+
 /* Most copy threads a rank starts by default. */
 #define WEFT_HOST_COPY_MAX_AUTO 4
 
@@ -34,6 +43,7 @@ struct weft_host_copy {
   char *dst;
   const char *src;
   size_t bytes;
+  int stream;          /* copied past the cache (weft_copy_stream) */
   size_t claimed;      /* under the pool's lock: bytes some thread took */
   _Atomic size_t done; /* bytes copied; written under the lock */
   int linked;          /* under the lock: on the pool's list */
@@ -74,11 +84,13 @@ void weft_host_copy_pool_stop(struct weft_host_copy_pool *p);
 int weft_host_copy_wants(const struct weft_host_copy_pool *p, size_t bytes);
 
 /* Posts c (dst, src, bytes) to the pool; starts the threads the first
- * time. Threads that cannot start are a WARN, and the pool makes no more
+ * time. With stream, the pieces are copied past the cache
+ * (weft_copy_stream in base/copy.h: for an output nothing reads soon),
+ * else with memcpy. Threads that cannot start are a WARN, and the pool makes no more
  * posts (weft_host_copy_wants); a copy posted with no thread running is
  * still finished by the poster's weft_host_copy_help. */
 void weft_host_copy_post(struct weft_host_copy_pool *p, struct weft_host_copy *c, char *dst,
-                         const char *src, size_t bytes);
+                         const char *src, size_t bytes, int stream);
 
 /* Every byte of c copied (and visible to the caller). */
 static inline int weft_host_copy_finished(struct weft_host_copy *c) {

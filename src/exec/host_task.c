@@ -168,6 +168,8 @@ void weft__host_coll_run_init(struct weft_host_engine *h, const struct weft_host
                                                                        : 0,
                               .reduces = coll_reduces(task->coll.func)};
   if (r->esize == 0) r->esize = 1;
+  r->stream_copies =
+      !r->reduces && task->coll.count * r->esize >= (uint64_t)WEFT_HOST_COPY_STREAM_MIN;
 }
 
 static ncclResult_t task_run_coll(struct weft_host_engine *h, struct weft_host_task *task,

@@ -26,6 +26,7 @@
 
 #include "base/check.h"
 #include "base/clock.h"
+#include "base/copy.h"
 #include "base/debug.h"
 #include "transport/net/socket/socket_net.h"
 
@@ -113,7 +114,9 @@ static enum sock_state send_progress(struct weft_ns_comm *c, struct weft_ns_thre
       if (r == NULL) return SOCK_IDLE;
       sk->req = r;
       sk->data = r->data + off;
-      if (r->mirror != NULL) sk->data = memcpy(r->mirror + off, sk->data, len);
+      /* Streamed past the cache: the copy leaves the source there for the
+       * send (reads it next) instead of the copy (nobody reads soon). */
+      if (r->mirror != NULL) weft_copy_stream(r->mirror + off, sk->data, len);
       sk->len = len;
       sk->done = 0;
       sk->hdr = (struct weft_ns_chunk){

@@ -132,7 +132,7 @@ struct weft_ns_request {
   size_t spare_size;
   int in_spare;
   /* A send's mirror (weft_net_socket_isend_mirror): each chunk is copied
-   * here before it is sent, and sent from the copy; NULL: none. */
+   * here just before it is sent; NULL: none. */
   char *mirror;
   size_t size;   /* the bytes that move: known to a receiver once the header is in */
   uint64_t seq;  /* requests posted on the comm before this one */
@@ -256,9 +256,11 @@ ncclResult_t weft_net_socket_irecv_spare(void *recv_comm, void *data, size_t siz
                                          size_t spare_size, void **request);
 /* isend that also writes the message's size bytes to mirror (which does
  * not overlap data) before the request finishes: the helper thread that
- * takes a chunk copies it there and sends it from the copy, still in its
- * cache; an inline message is copied by the caller. A broadcast root's
- * copy of its input to its output, made by the sending threads. */
+ * takes a chunk copies it there with stores that bypass the cache
+ * (base/copy.h), then sends the chunk from data, which the copy just
+ * brought into its cache; an inline message is copied by the caller. A
+ * broadcast root's copy of its input to its output, made by the sending
+ * threads. */
 ncclResult_t weft_net_socket_isend_mirror(void *send_comm, void *data, size_t size, void *mirror,
                                           void **request);
 /* Whether a receive posted with a spare landed there: known once its
