@@ -4,7 +4,7 @@
  * touches afterwards; then through nccl.h, on communicators of this one
  * process (so ThreadSanitizer sees the engine and the pool together), an
  * out-of-place broadcast and a one-rank AllReduce with the pool forced on
- * (WEFT_HOST_COPY_THREADS). */
+ * (WEFT_HOST_COPY_THREADS), the broadcast's copy also past the cache. */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -71,8 +71,9 @@ START_TEST(test_pool_alone) {
 }
 END_TEST
 
-/* Many copies of odd sizes at once (every other one past the cache), the poster helping as the
- * engine does; then the same pool again (threads that slept wake for it). */
+/* Many copies of odd sizes at once (every other one past the cache), the
+ * poster helping as the engine does; then the same pool again (threads
+ * that slept wake for it). */
 START_TEST(test_many_copies) {
   enum { NCOPIES = 12 };
   size_t n = (size_t)24 << 20;

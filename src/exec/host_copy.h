@@ -86,9 +86,9 @@ int weft_host_copy_wants(const struct weft_host_copy_pool *p, size_t bytes);
 /* Posts c (dst, src, bytes) to the pool; starts the threads the first
  * time. With stream, the pieces are copied past the cache
  * (weft_copy_stream in base/copy.h: for an output nothing reads soon),
- * else with memcpy. Threads that cannot start are a WARN, and the pool makes no more
- * posts (weft_host_copy_wants); a copy posted with no thread running is
- * still finished by the poster's weft_host_copy_help. */
+ * else with memcpy. Threads that cannot start are a WARN, and the pool
+ * makes no more posts (weft_host_copy_wants); a copy posted with no thread
+ * running is still finished by the poster's weft_host_copy_help. */
 void weft_host_copy_post(struct weft_host_copy_pool *p, struct weft_host_copy *c, char *dst,
                          const char *src, size_t bytes, int stream);
 

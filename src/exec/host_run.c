@@ -223,9 +223,9 @@ static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
 /* A LOCAL copy: a large one goes to the copy pool, whose threads copy it
  * while this one runs the lanes (past the cache in a large call that does
  * not reduce, r->stream_copies: no later step reads what the copy wrote,
- * and the cache is left to the sends); else, beside a send (a broadcast root's), it is copied a
- * piece at a time while the transport moves the send and the other lanes
- * take turns; else at once. */
+ * and the cache is left to the sends); else, beside a send (a broadcast
+ * root's), it is copied a piece at a time while the transport moves the
+ * send and the other lanes take turns; else at once. */
 static void lane_start_local(struct weft_host_run *r, struct weft_host_lane *l,
                              const struct weft_step *st) {
   char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
