@@ -142,9 +142,9 @@ struct weft_host_run {
    * transport's). */
   size_t msg_max;
   int reduces; /* a reducing collective (AllReduce, ReduceScatter, Reduce) */
-  /* The copy pool copies this call's LOCAL copies past the cache: a
-   * collective that does not reduce (no later step reads what a copy
-   * wrote) on blocks of at least WEFT_HOST_COPY_STREAM_MIN bytes. */
+  /* This call's LOCAL copies by the pool or beside a send go past the
+   * cache: a collective that does not reduce (no later step reads what a
+   * copy wrote) on blocks of at least WEFT_HOST_COPY_STREAM_MIN bytes. */
   int stream_copies;
 };
 

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "base/check.h"
+#include "base/copy.h"
 #include "base/fail_note.h"
 #include "core/comm.h"
 #include "core/connect.h"
@@ -221,11 +222,11 @@ static ncclResult_t lane_tx(struct weft_host_lane *l, int *moved) {
 }
 
 /* A LOCAL copy: a large one goes to the copy pool, whose threads copy it
- * while this one runs the lanes (past the cache in a large call that does
- * not reduce, r->stream_copies: no later step reads what the copy wrote,
- * and the cache is left to the sends); else, beside a send (a broadcast
- * root's), it is copied a piece at a time while the transport moves the
- * send and the other lanes take turns; else at once. */
+ * while this one runs the lanes; else, beside a send (a broadcast root's),
+ * it is copied a piece at a time while the transport moves the send and
+ * the other lanes take turns; else at once. The first two go past the
+ * cache in a large call that does not reduce (r->stream_copies: no later
+ * step reads what the copy wrote, and the cache is left to the sends). */
 static void lane_start_local(struct weft_host_run *r, struct weft_host_lane *l,
                              const struct weft_step *st) {
   char *dst = run_buf(r, l, st->dst_buf, st->dst_off);
@@ -259,16 +260,20 @@ static ncclResult_t lane_step_start(struct weft_host_run *r, struct weft_host_la
   return ncclSuccess;
 }
 
-/* One piece of a LOCAL copy beside a send; or whether the pool finished
- * the lane's copy. */
-static void lane_copy(struct weft_host_lane *l, int *moved) {
+/* One piece of a LOCAL copy beside a send (past the cache as the pool's
+ * would be: r->stream_copies); or whether the pool finished the lane's
+ * copy. */
+static void lane_copy(const struct weft_host_run *r, struct weft_host_lane *l, int *moved) {
   if (l->cp_pooled && weft_host_copy_finished(&l->cp_job)) {
     l->cp_pooled = 0;
     *moved = 1;
   }
   if (l->cp_left == 0) return;
   size_t n = l->cp_left < WEFT_HOST_PIECE_BYTES ? l->cp_left : WEFT_HOST_PIECE_BYTES;
-  memcpy(l->cp_dst, l->cp_src, n);
+  if (r->stream_copies)
+    weft_copy_stream(l->cp_dst, l->cp_src, n);
+  else
+    memcpy(l->cp_dst, l->cp_src, n);
   l->cp_dst += n;
   l->cp_src += n;
   l->cp_left -= n;
@@ -465,7 +470,7 @@ ncclResult_t weft__host_lane_progress(struct weft_host_run *r, struct weft_host_
     }
     WEFT_CHECK(lane_tx(l, moved));
     WEFT_CHECK(lane_rx(r, l, moved));
-    lane_copy(l, moved);
+    lane_copy(r, l, moved);
     if (weft_xfer_pending(&l->tx) || l->rx_mode != WEFT_HOST_RX_NONE || l->cp_left > 0 ||
         l->cp_pooled)
       return ncclSuccess;
