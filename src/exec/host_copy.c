@@ -58,10 +58,7 @@ static struct weft_host_copy *pool_claim(struct weft_host_copy_pool *p, size_t *
 static void pool_copy(struct weft_host_copy_pool *p, struct weft_host_copy *c, size_t off, size_t n,
                       int by_pool) {
   pthread_mutex_unlock(&p->lock);
-  if (c->stream)
-    weft_copy_stream(c->dst + off, c->src + off, n);
-  else
-    memcpy(c->dst + off, c->src + off, n);
+  weft_copy(c->dst + off, c->src + off, n, c->stream);
   pthread_mutex_lock(&p->lock);
   if (by_pool) c->pool_bytes += n;
   atomic_store_explicit(&c->done, atomic_load_explicit(&c->done, memory_order_relaxed) + n,

@@ -270,10 +270,7 @@ static void lane_copy(const struct weft_host_run *r, struct weft_host_lane *l, i
   }
   if (l->cp_left == 0) return;
   size_t n = l->cp_left < WEFT_HOST_PIECE_BYTES ? l->cp_left : WEFT_HOST_PIECE_BYTES;
-  if (r->stream_copies)
-    weft_copy_stream(l->cp_dst, l->cp_src, n);
-  else
-    memcpy(l->cp_dst, l->cp_src, n);
+  weft_copy(l->cp_dst, l->cp_src, n, r->stream_copies);
   l->cp_dst += n;
   l->cp_src += n;
   l->cp_left -= n;
